@@ -1,0 +1,267 @@
+"""EO: ``@effect`` and the per-step scope that adapters set.
+
+An adapter wraps each step of a run in :func:`effect_scope`. Inside it, the
+k-th call of an effect named ``name`` has the receipt key
+``(run_id, step, name, k)``, which is the same in every process that executes
+that step, so:
+
+* the first call runs the function and records its result (two phases:
+  ``started``, then ``completed``), under a lease renewed while it runs;
+* every later call with that key (after an interrupt, an exception elsewhere,
+  a SIGKILL, or from a racing process) returns the recorded result;
+* a racer that finds the receipt started by a live owner waits, bounded, for
+  the result, and never runs the function itself;
+* a receipt whose owner died mid-call is in doubt: the function is re-called
+  with the same ``idempotency_key`` when it accepts one (or with
+  ``on_in_doubt="retry"``), else :class:`EffectInDoubt` is raised;
+* a call that raises leaves no receipt: the next call runs it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, ParamSpec, TypeVar, overload
+
+from remit_core.errors import ConsumeConflict, EffectInDoubt
+from remit_core.records import ReceiptStart
+from remit_core.store.base import Store, new_owner
+
+log = logging.getLogger("remit")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+InDoubtPolicy = Literal["raise", "retry"]
+
+
+@dataclass
+class EffectScope:
+    """Where effects are being called: one step of one run, on one store."""
+
+    store: Store
+    run_id: str
+    step: str
+    _ordinals: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_ordinal(self, name: str) -> int:
+        with self._lock:
+            n = self._ordinals.get(name, 0)
+            self._ordinals[name] = n + 1
+            return n
+
+
+_scope: contextvars.ContextVar[EffectScope | None] = contextvars.ContextVar(
+    "remit_effect_scope", default=None
+)
+_warned: set[str] = set()
+
+
+@contextlib.contextmanager
+def effect_scope(store: Store, run_id: str, step: str) -> Iterator[EffectScope]:
+    """Set the scope for the effects called inside the block (adapters call this per step)."""
+    scope = EffectScope(store, run_id, step)
+    token = _scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _scope.reset(token)
+
+
+def current_scope() -> EffectScope | None:
+    return _scope.get()
+
+
+def _escape(part: str) -> str:
+    return part.replace("\\", "\\\\").replace("|", "\\|")
+
+
+def receipt_key(run_id: str, step: str, name: str, ordinal: int) -> str:
+    """The receipt key, which is also the idempotency key handed to the function."""
+    return f"{_escape(run_id)}|{_escape(step)}|{_escape(name)}|{ordinal}"
+
+
+def _accepts_key(fn: Callable[..., Any]) -> bool:
+    try:
+        return "idempotency_key" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class _Call:
+    """The decision loop of one effect call, shared by the sync and async paths."""
+
+    def __init__(self, scope: EffectScope, name: str, takes_key: bool,
+                 on_in_doubt: InDoubtPolicy, wait: float | None) -> None:
+        self.scope = scope
+        self.store = scope.store
+        self.name = name
+        self.takes_key = takes_key
+        self.may_take_over = takes_key or on_in_doubt == "retry"
+        self.ordinal = scope.next_ordinal(name)
+        self.key = receipt_key(scope.run_id, scope.step, name, self.ordinal)
+        self.deadline = time.monotonic() + (wait if wait is not None else 2 * self.store.lease)
+        self.pause = 0.01
+
+    def start_kwargs(self, owner: str) -> dict[str, Any]:
+        return dict(run_id=self.scope.run_id, step=self.scope.step, name=self.name,
+                    ordinal=self.ordinal, owner=owner, may_take_over=self.may_take_over)
+
+    def decide(self, st: ReceiptStart) -> Literal["call", "done", "wait"]:
+        if st.outcome == "done":
+            return "done"
+        if st.outcome in ("run", "taken_over"):
+            if st.outcome == "taken_over":
+                log.warning("remit: effect %s: owner %s died mid-call; re-calling with "
+                            "idempotency key %r", self.key, st.receipt.owner, self.key)
+            return "call"
+        r = st.receipt
+        if st.outcome == "in_doubt":
+            raise EffectInDoubt(
+                f"effect {self.name!r} (key {self.key!r}) was started by {r.owner!r}, which "
+                "died before recording its result; remit cannot tell whether it happened. "
+                "Check the outside system for this key, then Store.resolve_receipt(key, "
+                "result) or Store.reset_receipt(key). Give the function an idempotency_key "
+                "parameter (or @effect(on_in_doubt='retry')) to have remit re-call it.",
+                key=self.key, run_id=self.scope.run_id, step=self.scope.step, name=self.name,
+                owner=r.owner, started_at=r.started_at,
+            )
+        if time.monotonic() >= self.deadline:
+            raise ConsumeConflict(
+                f"effect {self.name!r} (key {self.key!r}) is being called by {r.owner!r}, "
+                "which did not finish within the wait; it was not called again here. "
+                "Retry later: the recorded result will be returned.",
+                key=self.key, run_id=self.scope.run_id, step=self.scope.step, owner=r.owner,
+                status=r.status,
+            )
+        return "wait"
+
+    def next_pause(self) -> float:
+        p = self.pause
+        self.pause = min(self.pause * 2, 0.25)
+        return p
+
+    def kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self.takes_key and "idempotency_key" not in kwargs:
+            return {**kwargs, "idempotency_key": self.key}
+        return kwargs
+
+
+def _warn_unscoped(name: str) -> None:
+    if name not in _warned:
+        _warned.add(name)
+        log.warning("remit: effect %r called outside a remit step; it ran as a plain call "
+                    "with no receipt", name)
+
+
+@overload
+def effect(fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def effect(
+    *, name: str | None = None, on_in_doubt: InDoubtPolicy = "raise", wait: float | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def effect(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    on_in_doubt: InDoubtPolicy = "raise",
+    wait: float | None = None,
+) -> Any:
+    """Declare a function with consequences outside the store (EO).
+
+    Use bare (``@effect``) or with options: ``name`` (default: the function's
+    qualified name; keep it stable across deployments), ``on_in_doubt``
+    (``"raise"`` or ``"retry"``) and ``wait`` (seconds a racer waits for a live
+    owner's result; default twice the store's lease). Works on sync and async
+    functions. The result must be storable by the envelope.
+    """
+    if on_in_doubt not in ("raise", "retry"):
+        raise ValueError(f"on_in_doubt must be 'raise' or 'retry', not {on_in_doubt!r}")
+
+    def wrap(func: Callable[P, R]) -> Callable[P, R]:
+        ename = name or f"{func.__module__}.{func.__qualname__}"
+        takes_key = _accepts_key(func)
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                scope = _scope.get()
+                if scope is None:
+                    _warn_unscoped(ename)
+                    return await func(*args, **kwargs)
+                call = _Call(scope, ename, takes_key, on_in_doubt, wait)
+                store = call.store
+                while True:
+                    owner = new_owner()
+                    st = await store.astart_receipt(call.key, **call.start_kwargs(owner))
+                    verdict = call.decide(st)
+                    if verdict == "done":
+                        return st.receipt.result
+                    if verdict == "wait":
+                        await asyncio.sleep(call.next_pause())
+                        continue
+                    fence = st.receipt.fence
+                    with store.keep_alive(lambda o=owner, f=fence: store.renew_receipt(
+                            call.key, owner=o, fence=f)):
+                        try:
+                            result = await func(*args, **call.kwargs(kwargs))  # type: ignore[misc]
+                        except BaseException:
+                            await store.arelease_receipt(call.key, owner=owner, fence=fence)
+                            raise
+                    await store.acomplete_receipt(call.key, owner=owner, fence=fence,
+                                                  result=result)
+                    return result
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            scope = _scope.get()
+            if scope is None:
+                _warn_unscoped(ename)
+                return func(*args, **kwargs)
+            call = _Call(scope, ename, takes_key, on_in_doubt, wait)
+            store = call.store
+            while True:
+                owner = new_owner()
+                st = store.start_receipt(call.key, **call.start_kwargs(owner))
+                verdict = call.decide(st)
+                if verdict == "done":
+                    return st.receipt.result
+                if verdict == "wait":
+                    time.sleep(call.next_pause())
+                    continue
+                fence = st.receipt.fence
+                with store.keep_alive(lambda o=owner, f=fence: store.renew_receipt(
+                        call.key, owner=o, fence=f)):
+                    try:
+                        result = func(*args, **call.kwargs(kwargs))
+                    except BaseException:
+                        store.release_receipt(call.key, owner=owner, fence=fence)
+                        raise
+                store.complete_receipt(call.key, owner=owner, fence=fence, result=result)
+                return result
+
+        return sync_wrapper
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap
+
+
+AsyncFn = Callable[..., Awaitable[Any]]

@@ -1,0 +1,187 @@
+"""Typed records returned by a :class:`~remit_core.store.Store`.
+
+Row types (``*Row``) are what a backend reads and writes: payloads stay encoded
+bytes there. The store decodes them into the public records below, naming the
+record in any :class:`~remit_core.errors.CorruptRecord`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ReceiptStatus = Literal["started", "completed"]
+ClaimStatus = Literal["claimed", "consumed", "released"]
+
+# Outcomes of the atomic primitives (decided inside one backend operation).
+ReceiptOutcome = Literal["run", "taken_over", "done", "busy", "in_doubt"]
+ClaimOutcome = Literal["won", "reentered", "taken_over", "held", "consumed", "mismatch"]
+
+
+# -- rows (backend level) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    run_id: str
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    kind: str
+    execution_id: str | None
+    data: bytes
+    metadata: bytes
+    versions: dict[str, str]
+    created_at: float
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRow:
+    run_id: str
+    ns: str
+    channel: str
+    version: str
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRow:
+    run_id: str
+    ns: str
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    channel: str
+    value: bytes
+    task_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptRow:
+    key: str
+    run_id: str
+    step: str
+    name: str
+    ordinal: int
+    status: ReceiptStatus
+    owner: str | None
+    fence: int
+    lease_until: float
+    started_at: float
+    completed_at: float | None
+    result: bytes | None
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRow:
+    key: str
+    run_id: str
+    status: ClaimStatus
+    owner: str | None
+    fence: int
+    lease_until: float
+    digest: str | None
+    value: bytes | None
+    claimed_at: float
+    consumed_at: float | None
+
+
+# -- public records ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWrite:
+    """A write recorded against a checkpoint before the next checkpoint exists."""
+
+    task_id: str
+    idx: int
+    channel: str
+    value: Any
+    task_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One checkpoint/snapshot of a run.
+
+    ``seq`` is store-wide and increasing: a higher seq was written later, so
+    "newest first" is ``seq`` descending. ``values`` maps each channel to its
+    value at ``versions[channel]`` (values are stored once per version).
+    """
+
+    run_id: str
+    ns: str
+    checkpoint_id: str
+    seq: int
+    parent_id: str | None
+    kind: str
+    execution_id: str | None
+    data: Any
+    metadata: Any
+    versions: dict[str, str]
+    values: dict[str, Any]
+    created_at: float
+    writes: list[PendingWrite] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    run_id: str
+    created_at: float
+    updated_at: float
+    checkpoints: int
+    latest_checkpoint_id: str | None
+    latest_kind: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """EO: the durable record of one effect call, keyed by (run, step, name, ordinal)."""
+
+    key: str
+    run_id: str
+    step: str
+    name: str
+    ordinal: int
+    status: ReceiptStatus
+    owner: str | None
+    fence: int
+    lease_until: float
+    started_at: float
+    completed_at: float | None
+    result: Any
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptStart:
+    """What :meth:`Store.start_receipt` decided, atomically.
+
+    * ``run`` / ``taken_over``: the caller owns the receipt (``fence``) and must call
+      the function, then :meth:`Store.complete_receipt`.
+    * ``done``: a result is recorded; return ``receipt.result``.
+    * ``busy``: another live owner holds it; wait for its result.
+    * ``in_doubt``: its owner died mid-call and the caller may not re-call it.
+    """
+
+    outcome: ReceiptOutcome
+    receipt: Receipt
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """CO/LV: a one-time slot, held under a lease with a fencing token."""
+
+    key: str
+    run_id: str
+    status: ClaimStatus
+    owner: str | None
+    fence: int
+    lease_until: float
+    digest: str | None
+    value: Any
+    claimed_at: float
+    consumed_at: float | None
+    taken_over: bool = False

@@ -1,0 +1,700 @@
+"""The one Store interface, over SQLite, PostgreSQL and Redis.
+
+:class:`Store` holds everything the contract needs that is *not* backend
+specific: encoding and decoding through the typed envelope, validation before
+writes, the interpretation of claim and receipt outcomes into errors, lease
+heart-beating and bounded retries. A backend subclass implements the
+underscore methods, each of which must be **one atomic operation** of its
+database (a transaction, ``INSERT ... ON CONFLICT`` or a Lua script). The
+decision tables that those operations implement are written out once here, in
+the docstrings of :meth:`Store._start_receipt` and :meth:`Store._claim`.
+
+Every underscore method is safe to repeat after a transient failure: writes
+are upserts keyed by the record's identity, and the receipt and claim
+primitives recognise their own owner token, so a retry of an operation that
+did commit returns the same outcome (``run`` / ``reentered``) instead of
+conflicting with itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import socket
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+from remit_core.errors import ConsumeConflict, LeaseLost
+from remit_core.records import (
+    BlobRow,
+    Checkpoint,
+    CheckpointRow,
+    Claim,
+    ClaimOutcome,
+    ClaimRow,
+    PendingWrite,
+    Receipt,
+    ReceiptOutcome,
+    ReceiptRow,
+    ReceiptStart,
+    RunInfo,
+    WriteRow,
+)
+from remit_core.retry import retrying
+from remit_core.serde import Serde, default_serde
+
+log = logging.getLogger("remit")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+DEFAULT_LEASE = 30.0
+"""Seconds a claim or an in-flight effect stays owned without a heartbeat (LV bound)."""
+
+
+def new_owner() -> str:
+    """A fresh owner token: host, pid and a nonce (one per claim or effect attempt)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+class Store(ABC):
+    """A contract-enforcing store. Open one with :func:`remit_core.open_store`.
+
+    Thread-safe; one instance may be shared by every adapter in a process. The
+    ``a``-prefixed coroutine twins run the same operation in a worker thread.
+    """
+
+    #: the URL with any password masked
+    url: str
+    serde: Serde
+
+    def __init__(self, url: str, *, serde: Serde | None = None, lease: float = DEFAULT_LEASE):
+        self.url = url
+        self.serde = serde or default_serde
+        self.lease = lease
+        self._keeper: _LeaseKeeper | None = None
+        self._keeper_lock = threading.Lock()
+
+    # ================================================================================== lifecycle
+
+    def close(self) -> None:
+        """Release connections. The store must not be used afterwards."""
+        if self._keeper is not None:
+            self._keeper.stop()
+        self._close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
+    def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run one atomic backend operation with bounded retries on transient errors."""
+        return retrying(self._is_transient, self.url)(fn, *args, **kwargs)
+
+    # ================================================================================ checkpoints
+
+    def put_checkpoint(
+        self,
+        run_id: str,
+        checkpoint_id: str,
+        *,
+        ns: str = "",
+        parent_id: str | None = None,
+        kind: str = "step",
+        data: Any = None,
+        metadata: Any = None,
+        versions: Mapping[str, str] | None = None,
+        new_values: Mapping[str, tuple[str, Any]] | None = None,
+        execution_id: str | None = None,
+        validate: Callable[[], object] | None = None,
+        exclusive_child: bool = False,
+    ) -> Checkpoint:
+        """Store one checkpoint and the channel values it introduces, atomically.
+
+        * CV: ``validate`` runs first; if it raises, nothing is written.
+        * Every value is encoded before the transaction starts, so an unsupported
+          type raises :class:`SerializationError` and nothing is written.
+        * ``new_values`` maps channel -> (version, value); a (channel, version) pair is
+          stored once, however many checkpoints refer to it.
+        * ``versions`` is the full channel -> version map of this checkpoint (it
+          defaults to the versions of ``new_values``).
+        * Writing the same ``checkpoint_id`` again replaces it and keeps its ``seq``.
+        * ``exclusive_child`` (CO): refuse with :class:`ConsumeConflict` when another
+          checkpoint of the same ``kind`` already has this ``parent_id``; one parent
+          gets one successor of a kind, whoever writes first.
+        """
+        if validate is not None:
+            validate()
+        new_values = new_values or {}
+        where = f"checkpoint {checkpoint_id!r} of run {run_id!r}"
+        all_versions = dict(versions) if versions is not None else {}
+        for channel, (version, _) in new_values.items():
+            all_versions.setdefault(channel, version)
+        row = CheckpointRow(
+            run_id=run_id,
+            ns=ns,
+            checkpoint_id=checkpoint_id,
+            parent_id=parent_id,
+            kind=kind,
+            execution_id=execution_id,
+            data=self.serde.encode(data, record=f"{where} (data)"),
+            metadata=self.serde.encode(metadata, record=f"{where} (metadata)"),
+            versions={str(k): str(v) for k, v in all_versions.items()},
+            created_at=0.0,
+        )
+        blobs = [
+            BlobRow(run_id, ns, channel, str(version),
+                    self.serde.encode(value, record=f"channel {channel!r} of {where}"))
+            for channel, (version, value) in new_values.items()
+        ]
+        seq, conflict = self._call(self._write_checkpoint, row, blobs, exclusive_child)
+        if conflict is not None:
+            raise ConsumeConflict(
+                f"run {run_id!r}: checkpoint {parent_id!r} already has a successor "
+                f"{conflict!r} of kind {kind!r}; this writer lost the race and nothing of it "
+                "was stored. Reload the run to see the winner's state.",
+                key=f"{run_id}/{ns}/{parent_id}",
+                run_id=run_id,
+                step=checkpoint_id,
+                owner=conflict,
+            )
+        return self._checkpoint(row, seq, {c: v for c, (_, v) in new_values.items()}, [])
+
+    def get_checkpoint(
+        self, run_id: str, checkpoint_id: str | None = None, *, ns: str = "", with_writes: bool = True
+    ) -> Checkpoint | None:
+        """The addressed checkpoint, or the run's latest (highest seq) when ``checkpoint_id`` is None.
+
+        The latest is one indexed lookup whatever the history length. Reading never
+        claims, consumes or blocks.
+        """
+        found = self._call(self._read_checkpoint, run_id, ns, checkpoint_id)
+        if found is None:
+            return None
+        row, blobs = found
+        writes = self._call(self._read_writes, run_id, ns, row.checkpoint_id) if with_writes else []
+        return self._decode_checkpoint(row, blobs, writes)
+
+    def list_checkpoints(
+        self,
+        run_id: str | None = None,
+        *,
+        ns: str | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+        execution_ids: Sequence[str] | None = None,
+        with_writes: bool = True,
+    ) -> Iterator[Checkpoint]:
+        """Checkpoints newest first (seq descending).
+
+        ``run_id`` None lists every run. ``before`` is a checkpoint id of ``run_id``:
+        only checkpoints written before it are listed. ``limit`` caps the count.
+        """
+        rows = self._call(self._list_checkpoints, run_id, ns, before, limit, execution_ids)
+        for row, blobs in rows:
+            writes = (
+                self._call(self._read_writes, row.run_id, row.ns, row.checkpoint_id)
+                if with_writes else []
+            )
+            yield self._decode_checkpoint(row, blobs, writes)
+
+    def put_writes(
+        self,
+        run_id: str,
+        checkpoint_id: str,
+        task_id: str,
+        writes: Sequence[tuple[int, str, Any]],
+        *,
+        ns: str = "",
+        task_path: str = "",
+        overwrite: bool = False,
+        validate: Callable[[], object] | None = None,
+    ) -> None:
+        """Record pending writes ``(idx, channel, value)`` of one task against a checkpoint.
+
+        A write is keyed by (task_id, idx). An existing key is kept unless
+        ``overwrite`` (then it is replaced), so repeating a call never duplicates.
+        All writes of one call land atomically; ``validate`` runs before any.
+        """
+        if validate is not None:
+            validate()
+        where = f"write of task {task_id!r} on checkpoint {checkpoint_id!r} of run {run_id!r}"
+        rows = [
+            WriteRow(run_id, ns, checkpoint_id, task_id, idx, channel,
+                     self.serde.encode(value, record=f"channel {channel!r} in {where}"), task_path)
+            for idx, channel, value in writes
+        ]
+        if rows:
+            self._call(self._write_writes, rows, overwrite)
+
+    def list_runs(self, *, limit: int | None = None) -> list[RunInfo]:
+        """Runs, most recently updated first."""
+        return self._call(self._list_runs, limit)
+
+    def delete_run(self, run_id: str) -> None:
+        """Delete a run with its checkpoints, values, writes, receipts and claims."""
+        self._call(self._delete_run, run_id)
+
+    def copy_run(self, source_run_id: str, target_run_id: str) -> None:
+        """Copy a run's checkpoints, values and pending writes under another run id."""
+        self._call(self._copy_run, source_run_id, target_run_id)
+
+    def prune_run(self, run_id: str, *, keep_latest: int = 1) -> None:
+        """Keep the newest ``keep_latest`` checkpoints per namespace (0 deletes all of them)."""
+        self._call(self._prune_run, run_id, keep_latest)
+
+    def usage(self, run_id: str | None = None) -> dict[str, int]:
+        """Counts and stored bytes: checkpoints, blobs, blob_bytes, writes, receipts, claims."""
+        return self._call(self._usage, run_id)
+
+    def delete_executions(self, execution_ids: Sequence[str]) -> None:
+        """Delete every checkpoint (and its writes) written by one of ``execution_ids``."""
+        if execution_ids:
+            self._call(self._delete_executions, list(execution_ids))
+
+    # =================================================================================== receipts
+
+    def start_receipt(
+        self,
+        key: str,
+        *,
+        run_id: str,
+        step: str,
+        name: str,
+        ordinal: int,
+        owner: str,
+        may_take_over: bool,
+        lease: float | None = None,
+    ) -> ReceiptStart:
+        """EO, phase one: atomically decide who calls the effect for ``key``.
+
+        See :meth:`_start_receipt` for the decision table. ``may_take_over`` says
+        whether the caller may re-call the function when its previous owner died
+        mid-call (it takes an idempotency key, or ``on_in_doubt="retry"``).
+        """
+        outcome, row = self._call(
+            self._start_receipt, key, run_id, step, name, ordinal, owner,
+            self.lease if lease is None else lease, may_take_over,
+        )
+        return ReceiptStart(outcome, self._receipt(row))
+
+    def complete_receipt(self, key: str, *, owner: str, fence: int, result: Any) -> None:
+        """EO, phase two: record the result. Fenced: raises :class:`LeaseLost` when the
+        caller no longer owns the receipt (its lease expired and another took over)."""
+        data = self.serde.encode(result, record=f"result of effect receipt {key!r}")
+        if not self._call(self._complete_receipt, key, owner, fence, data):
+            raise LeaseLost(
+                f"effect receipt {key!r}: the lease of {owner!r} expired and another process "
+                "took the receipt over; this result was not recorded. Increase the lease "
+                "(open_store(url, lease=...)) if effects run longer than it.",
+                key=key,
+                owner=owner,
+            )
+
+    def release_receipt(self, key: str, *, owner: str, fence: int) -> None:
+        """Drop a started receipt whose call raised: the effect did not complete, so
+        the next call with this key runs it again."""
+        self._call(self._release_receipt, key, owner, fence)
+
+    def renew_receipt(self, key: str, *, owner: str, fence: int, lease: float | None = None) -> bool:
+        return self._call(self._renew_receipt, key, owner, fence, self.lease if lease is None else lease)
+
+    def get_receipt(self, key: str) -> Receipt | None:
+        row = self._call(self._get_receipt, key)
+        return None if row is None else self._receipt(row)
+
+    def list_receipts(self, run_id: str | None = None) -> list[Receipt]:
+        return [self._receipt(r) for r in self._call(self._list_receipts, run_id)]
+
+    def resolve_receipt(self, key: str, result: Any) -> None:
+        """Record ``result`` for an in-doubt receipt after reconciling it by hand."""
+        data = self.serde.encode(result, record=f"result of effect receipt {key!r}")
+        if not self._call(self._resolve_receipt, key, data):
+            raise KeyError(f"no effect receipt {key!r}")
+
+    def reset_receipt(self, key: str) -> None:
+        """Forget a receipt so that the effect runs again on the next call (by hand only)."""
+        self._call(self._reset_receipt, key)
+
+    # ===================================================================================== claims
+
+    def claim_once(
+        self,
+        key: str,
+        *,
+        run_id: str,
+        owner: str,
+        digest: str | None = None,
+        value: Any = None,
+        lease: float | None = None,
+    ) -> Claim:
+        """CO: claim a one-time slot; the first writer wins, every other gets
+        :class:`ConsumeConflict`.
+
+        ``digest`` (and optionally ``value``) records what the winner will consume,
+        so that after the winner dies (LV) another process can take the slot over and
+        finish with the *same* value: a take-over passes ``digest=None`` (any value)
+        or the same digest. See :meth:`_claim` for the decision table.
+        """
+        data = None if value is None else self.serde.encode(value, record=f"value of claim {key!r}")
+        outcome, row = self._call(
+            self._claim, key, run_id, owner, self.lease if lease is None else lease, digest, data
+        )
+        claim = self._claim_record(row, taken_over=outcome == "taken_over")
+        if outcome in ("won", "reentered", "taken_over"):
+            return claim
+        raise self._claim_conflict(claim, outcome)
+
+    def consume_claim(self, key: str, *, owner: str, fence: int, digest: str | None = None) -> Claim:
+        """Mark a held claim consumed (with the digest of the consumed value). Fenced."""
+        ok, row = self._call(self._consume_claim, key, owner, fence, digest)
+        if not ok or row is None:
+            raise LeaseLost(
+                f"claim {key!r}: {owner!r} no longer holds it (its lease expired and another "
+                "process took it over); it was not marked consumed.",
+                key=key,
+                owner=None if row is None else row.owner,
+            )
+        return self._claim_record(row)
+
+    def release_claim(self, key: str, *, owner: str, fence: int) -> bool:
+        """Give a held claim back so that another delivery may claim it."""
+        return self._call(self._release_claim, key, owner, fence)
+
+    def renew_claim(self, key: str, *, owner: str, fence: int, lease: float | None = None) -> bool:
+        return self._call(self._renew_claim, key, owner, fence, self.lease if lease is None else lease)
+
+    def get_claim(self, key: str) -> Claim | None:
+        row = self._call(self._get_claim, key)
+        return None if row is None else self._claim_record(row)
+
+    def list_claims(self, run_id: str | None = None) -> list[Claim]:
+        return [self._claim_record(r) for r in self._call(self._list_claims, run_id)]
+
+    def _claim_conflict(self, claim: Claim, outcome: ClaimOutcome) -> ConsumeConflict:
+        if outcome == "consumed":
+            msg = (f"claim {claim.key!r} of run {claim.run_id!r} was already consumed by "
+                   f"{claim.owner!r} at {claim.consumed_at:.3f}; a value is consumed once. "
+                   "Start a fork explicitly if you mean to branch.")
+        elif outcome == "mismatch":
+            msg = (f"claim {claim.key!r} of run {claim.run_id!r} is held for another value by "
+                   f"{claim.owner!r}, whose lease expired; recover with the recorded value "
+                   "(resume without a new value) instead of delivering a different one.")
+        else:
+            msg = (f"claim {claim.key!r} of run {claim.run_id!r} is held by {claim.owner!r} "
+                   f"(lease until {claim.lease_until:.3f}); another delivery won the race. "
+                   "Wait for it to finish, or retry after its lease if it died.")
+        return ConsumeConflict(msg, key=claim.key, run_id=claim.run_id, owner=claim.owner,
+                               consumed_at=claim.consumed_at, status=claim.status)
+
+    # ===================================================================================== leases
+
+    @contextlib.contextmanager
+    def keep_alive(self, renew: Callable[[], bool], *, lease: float | None = None) -> Iterator[None]:
+        """Renew a lease in the background (every third of it) while the block runs (LV)."""
+        period = (self.lease if lease is None else lease) / 3.0
+        with self._keeper_lock:
+            if self._keeper is None or not self._keeper.alive():
+                self._keeper = _LeaseKeeper()
+            keeper = self._keeper
+        token = keeper.add(renew, period)
+        try:
+            yield
+        finally:
+            keeper.remove(token)
+
+    # ===================================================================================== async
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+
+    async def aput_checkpoint(self, *args: Any, **kwargs: Any) -> Checkpoint:
+        return await self._in_thread(self.put_checkpoint, *args, **kwargs)
+
+    async def aget_checkpoint(self, *args: Any, **kwargs: Any) -> Checkpoint | None:
+        return await self._in_thread(self.get_checkpoint, *args, **kwargs)
+
+    async def alist_checkpoints(self, *args: Any, **kwargs: Any) -> list[Checkpoint]:
+        return await self._in_thread(lambda: list(self.list_checkpoints(*args, **kwargs)))
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await self._in_thread(self.put_writes, *args, **kwargs)
+
+    async def astart_receipt(self, *args: Any, **kwargs: Any) -> ReceiptStart:
+        return await self._in_thread(self.start_receipt, *args, **kwargs)
+
+    async def acomplete_receipt(self, *args: Any, **kwargs: Any) -> None:
+        await self._in_thread(self.complete_receipt, *args, **kwargs)
+
+    async def arelease_receipt(self, *args: Any, **kwargs: Any) -> None:
+        await self._in_thread(self.release_receipt, *args, **kwargs)
+
+    async def aget_receipt(self, key: str) -> Receipt | None:
+        return await self._in_thread(self.get_receipt, key)
+
+    async def aclaim_once(self, *args: Any, **kwargs: Any) -> Claim:
+        return await self._in_thread(self.claim_once, *args, **kwargs)
+
+    async def aconsume_claim(self, *args: Any, **kwargs: Any) -> Claim:
+        return await self._in_thread(self.consume_claim, *args, **kwargs)
+
+    async def arelease_claim(self, *args: Any, **kwargs: Any) -> bool:
+        return await self._in_thread(self.release_claim, *args, **kwargs)
+
+    # ==================================================================================== decoding
+
+    def _checkpoint(self, row: CheckpointRow, seq: int, values: dict[str, Any],
+                    writes: list[PendingWrite]) -> Checkpoint:
+        return Checkpoint(
+            run_id=row.run_id, ns=row.ns, checkpoint_id=row.checkpoint_id, seq=seq,
+            parent_id=row.parent_id, kind=row.kind, execution_id=row.execution_id,
+            data=self.serde.decode(row.data, record=f"checkpoint {row.checkpoint_id!r} of run "
+                                   f"{row.run_id!r} (data)"),
+            metadata=self.serde.decode(row.metadata, record=f"checkpoint {row.checkpoint_id!r} "
+                                       f"of run {row.run_id!r} (metadata)"),
+            versions=dict(row.versions), values=values, created_at=row.created_at, writes=writes,
+        )
+
+    def _decode_checkpoint(self, row: CheckpointRow, blobs: Mapping[str, bytes],
+                           writes: Sequence[WriteRow]) -> Checkpoint:
+        where = f"checkpoint {row.checkpoint_id!r} of run {row.run_id!r}"
+        values = {
+            ch: self.serde.decode(b, record=f"channel {ch!r} at version "
+                                  f"{row.versions.get(ch)!r} of {where}")
+            for ch, b in blobs.items()
+        }
+        pending = [
+            PendingWrite(w.task_id, w.idx, w.channel,
+                         self.serde.decode(w.value, record=f"write {w.task_id!r}/{w.idx} "
+                                           f"({w.channel!r}) on {where}"), w.task_path)
+            for w in writes
+        ]
+        return self._checkpoint(row, row.seq, values, pending)
+
+    def _receipt(self, row: ReceiptRow) -> Receipt:
+        result = None if row.result is None else self.serde.decode(
+            row.result, record=f"result of effect receipt {row.key!r}")
+        return Receipt(row.key, row.run_id, row.step, row.name, row.ordinal, row.status, row.owner,
+                       row.fence, row.lease_until, row.started_at, row.completed_at, result,
+                       row.attempt)
+
+    def _claim_record(self, row: ClaimRow, *, taken_over: bool = False) -> Claim:
+        value = None if row.value is None else self.serde.decode(
+            row.value, record=f"value of claim {row.key!r}")
+        return Claim(row.key, row.run_id, row.status, row.owner, row.fence, row.lease_until,
+                     row.digest, value, row.claimed_at, row.consumed_at, taken_over)
+
+    # ============================================================================ backend methods
+
+    @abstractmethod
+    def _close(self) -> None: ...
+
+    @abstractmethod
+    def _is_transient(self, exc: BaseException) -> bool:
+        """True for errors that a retry may cure: a reset connection, a serialization
+        failure, a busy database. Never for constraint or programming errors."""
+
+    @abstractmethod
+    def _write_checkpoint(
+        self, row: CheckpointRow, blobs: list[BlobRow], exclusive_child: bool
+    ) -> tuple[int, str | None]:
+        """Atomically: (if ``exclusive_child``) find another checkpoint of the run/ns with the
+        same parent and kind and a different id -> return ``(0, its_id)`` writing nothing;
+        else insert blobs that are absent, upsert the checkpoint (keeping its seq when it
+        exists, else taking the next store-wide seq), touch the run, and return ``(seq, None)``.
+        ``row.created_at`` is ignored; the backend stamps its own clock."""
+
+    @abstractmethod
+    def _read_checkpoint(
+        self, run_id: str, ns: str, checkpoint_id: str | None
+    ) -> tuple[CheckpointRow, dict[str, bytes]] | None:
+        """The checkpoint (latest by seq when id is None) and the blob of each of its versions."""
+
+    @abstractmethod
+    def _read_writes(self, run_id: str, ns: str, checkpoint_id: str) -> list[WriteRow]:
+        """Pending writes of a checkpoint in (task_id, idx) order... of insertion: ordered by
+        task_id then idx."""
+
+    @abstractmethod
+    def _list_checkpoints(
+        self, run_id: str | None, ns: str | None, before: str | None, limit: int | None,
+        execution_ids: Sequence[str] | None,
+    ) -> list[tuple[CheckpointRow, dict[str, bytes]]]: ...
+
+    @abstractmethod
+    def _write_writes(self, rows: list[WriteRow], overwrite: bool) -> None: ...
+
+    @abstractmethod
+    def _list_runs(self, limit: int | None) -> list[RunInfo]: ...
+
+    @abstractmethod
+    def _delete_run(self, run_id: str) -> None: ...
+
+    @abstractmethod
+    def _copy_run(self, source: str, target: str) -> None: ...
+
+    @abstractmethod
+    def _prune_run(self, run_id: str, keep_latest: int) -> None:
+        """Delete all but the newest ``keep_latest`` checkpoints per ns, their writes, and
+        blobs no longer referenced by a remaining checkpoint of the run."""
+
+    @abstractmethod
+    def _delete_executions(self, execution_ids: list[str]) -> None: ...
+
+    @abstractmethod
+    def _usage(self, run_id: str | None) -> dict[str, int]:
+        """Keys: checkpoints, blobs, blob_bytes, writes, receipts, claims (for one run or all)."""
+
+    @abstractmethod
+    def _start_receipt(
+        self, key: str, run_id: str, step: str, name: str, ordinal: int, owner: str,
+        lease: float, may_take_over: bool,
+    ) -> tuple[ReceiptOutcome, ReceiptRow]:
+        """One atomic operation deciding, with ``now`` the backend clock:
+
+        ============================================  ===========================================
+        stored receipt                                outcome (and write)
+        ============================================  ===========================================
+        none                                          ``run``: insert started(owner, fence 1,
+                                                      attempt 1, lease_until now+lease)
+        completed                                     ``done``
+        started, owner == owner                       ``run`` (a retried call; no write)
+        started, lease_until > now                    ``busy``
+        started, expired, may_take_over               ``taken_over``: owner, fence+1, attempt+1,
+                                                      lease_until now+lease
+        started, expired, not may_take_over           ``in_doubt`` (no write)
+        ============================================  ===========================================
+        """
+
+    @abstractmethod
+    def _complete_receipt(self, key: str, owner: str, fence: int, result: bytes) -> bool:
+        """Set completed+result where owner and fence match (or it is already completed by
+        this owner and fence); False otherwise."""
+
+    @abstractmethod
+    def _release_receipt(self, key: str, owner: str, fence: int) -> bool:
+        """Delete the receipt where it is started and owner and fence match."""
+
+    @abstractmethod
+    def _renew_receipt(self, key: str, owner: str, fence: int, lease: float) -> bool: ...
+
+    @abstractmethod
+    def _get_receipt(self, key: str) -> ReceiptRow | None: ...
+
+    @abstractmethod
+    def _list_receipts(self, run_id: str | None) -> list[ReceiptRow]: ...
+
+    @abstractmethod
+    def _resolve_receipt(self, key: str, result: bytes) -> bool: ...
+
+    @abstractmethod
+    def _reset_receipt(self, key: str) -> None: ...
+
+    @abstractmethod
+    def _claim(
+        self, key: str, run_id: str, owner: str, lease: float, digest: str | None,
+        value: bytes | None,
+    ) -> tuple[ClaimOutcome, ClaimRow]:
+        """One atomic operation deciding, with ``now`` the backend clock:
+
+        ============================================  ===========================================
+        stored claim                                  outcome (and write)
+        ============================================  ===========================================
+        none                                          ``won``: insert claimed(owner, fence 1,
+                                                      digest, value, lease_until now+lease)
+        consumed                                      ``consumed``
+        released                                      ``won``: claimed(owner, fence+1, digest,
+                                                      value, lease)
+        claimed, owner == owner                       ``reentered`` (no write)
+        claimed, lease_until > now                    ``held``
+        claimed, expired, digest None or equal        ``taken_over``: owner, fence+1, lease;
+                                                      digest and value kept
+        claimed, expired, digest differs              ``mismatch``
+        ============================================  ===========================================
+        """
+
+    @abstractmethod
+    def _consume_claim(
+        self, key: str, owner: str, fence: int, digest: str | None
+    ) -> tuple[bool, ClaimRow | None]:
+        """Set consumed (consumed_at now, digest if given) where owner and fence match and it
+        is claimed, or it is already consumed by this owner and fence (a retry)."""
+
+    @abstractmethod
+    def _release_claim(self, key: str, owner: str, fence: int) -> bool: ...
+
+    @abstractmethod
+    def _renew_claim(self, key: str, owner: str, fence: int, lease: float) -> bool: ...
+
+    @abstractmethod
+    def _get_claim(self, key: str) -> ClaimRow | None: ...
+
+    @abstractmethod
+    def _list_claims(self, run_id: str | None) -> list[ClaimRow]: ...
+
+
+class _LeaseKeeper:
+    """One daemon thread per store that renews registered leases on time."""
+
+    def __init__(self) -> None:
+        self._items: dict[int, tuple[Callable[[], bool], float, float]] = {}
+        self._next = 0
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._loop, name="remit-lease-keeper", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self._pid == os.getpid() and not self._stopped
+
+    def add(self, renew: Callable[[], bool], period: float) -> int:
+        import time
+
+        with self._cond:
+            self._next += 1
+            self._items[self._next] = (renew, period, time.monotonic() + period)
+            self._cond.notify()
+            return self._next
+
+    def remove(self, token: int) -> None:
+        with self._cond:
+            self._items.pop(token, None)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        import time
+
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+                now = time.monotonic()
+                due = [(t, fn, p) for t, (fn, p, at) in self._items.items() if at <= now]
+                for t, fn, p in due:
+                    self._items[t] = (fn, p, now + p)
+                if not due:
+                    nxt = min((at for _, _, at in self._items.values()), default=now + 1.0)
+                    self._cond.wait(timeout=max(0.0, nxt - now))
+                    continue
+            for t, fn, _ in due:
+                try:
+                    if not fn():
+                        self.remove(t)
+                except Exception:  # a failed renewal is retried on the next period
+                    log.warning("remit: lease renewal failed", exc_info=True)

@@ -1,0 +1,678 @@
+"""SQLite backend: the embedded default.
+
+A file store uses WAL and ``synchronous=FULL``, one connection per thread and
+process, and ``BEGIN IMMEDIATE`` for every write, so that each contract
+primitive is one serialised transaction across all processes on the host.
+``sqlite://`` (no path) is an in-memory store for one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import unquote, urlsplit
+
+from remit_core.errors import (
+    ForeignSchemaError,
+    StoreConfigError,
+    StoreUnavailable,
+    StoreVersionError,
+)
+from remit_core.records import (
+    BlobRow,
+    CheckpointRow,
+    ClaimOutcome,
+    ClaimRow,
+    ReceiptOutcome,
+    ReceiptRow,
+    RunInfo,
+    WriteRow,
+)
+from remit_core.serde import Serde
+from remit_core.store.base import Store
+from remit_core.urls import mask_url, split_options
+
+TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
+          "remit_receipts", "remit_claims")
+
+# Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE remit_runs (
+        run_id TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE remit_checkpoints (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        ns TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        parent_id TEXT,
+        kind TEXT NOT NULL,
+        execution_id TEXT,
+        data BLOB NOT NULL,
+        metadata BLOB NOT NULL,
+        versions TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (run_id, ns, checkpoint_id)
+    );
+    CREATE INDEX remit_checkpoints_latest ON remit_checkpoints (run_id, ns, seq DESC);
+    CREATE INDEX remit_checkpoints_parent ON remit_checkpoints (run_id, ns, parent_id, kind);
+    CREATE INDEX remit_checkpoints_execution ON remit_checkpoints (execution_id)
+        WHERE execution_id IS NOT NULL;
+    CREATE TABLE remit_blobs (
+        run_id TEXT NOT NULL,
+        ns TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        version TEXT NOT NULL,
+        value BLOB NOT NULL,
+        PRIMARY KEY (run_id, ns, channel, version)
+    ) WITHOUT ROWID;
+    CREATE TABLE remit_writes (
+        run_id TEXT NOT NULL,
+        ns TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        channel TEXT NOT NULL,
+        value BLOB NOT NULL,
+        task_path TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (run_id, ns, checkpoint_id, task_id, idx)
+    ) WITHOUT ROWID;
+    CREATE TABLE remit_receipts (
+        key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        step TEXT NOT NULL,
+        name TEXT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        owner TEXT,
+        fence INTEGER NOT NULL,
+        lease_until REAL NOT NULL,
+        started_at REAL NOT NULL,
+        completed_at REAL,
+        result BLOB,
+        attempt INTEGER NOT NULL
+    );
+    CREATE INDEX remit_receipts_run ON remit_receipts (run_id);
+    CREATE TABLE remit_claims (
+        key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        owner TEXT,
+        fence INTEGER NOT NULL,
+        lease_until REAL NOT NULL,
+        digest TEXT,
+        value BLOB,
+        claimed_at REAL NOT NULL,
+        consumed_at REAL
+    );
+    CREATE INDEX remit_claims_run ON remit_claims (run_id);
+    """,
+]
+
+_CK_COLS = ("run_id, ns, checkpoint_id, parent_id, kind, execution_id, data, metadata, versions, "
+            "created_at, seq")
+_RC_COLS = ("key, run_id, step, name, ordinal, status, owner, fence, lease_until, started_at, "
+            "completed_at, result, attempt")
+_CL_COLS = ("key, run_id, status, owner, fence, lease_until, digest, value, claimed_at, "
+            "consumed_at")
+_BLOBS_OF = """
+    SELECT j.key, b.value FROM json_each(?) AS j
+    JOIN remit_blobs AS b ON b.run_id = ? AND b.ns = ? AND b.channel = j.key AND b.version = j.value
+"""
+
+
+def _ck(r: Sequence[Any]) -> CheckpointRow:
+    return CheckpointRow(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]),
+                         json.loads(r[8]), r[9], r[10])
+
+
+def _rc(r: Sequence[Any]) -> ReceiptRow:
+    return ReceiptRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+                      None if r[11] is None else bytes(r[11]), r[12])
+
+
+def _cl(r: Sequence[Any]) -> ClaimRow:
+    return ClaimRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6],
+                    None if r[7] is None else bytes(r[7]), r[8], r[9])
+
+
+class SqliteStore(Store):
+    """A store in one SQLite file (or in memory)."""
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"lease", "synchronous", "timeout"})
+
+    def __init__(self, url: str, path: str | None, *, serde: Serde | None, lease: float,
+                 synchronous: str = "FULL", timeout: float = 30.0) -> None:
+        super().__init__(mask_url(url), serde=serde, lease=lease)
+        self.path = path
+        self._synchronous = synchronous
+        self._timeout = timeout
+        self._local = threading.local()
+        self._memory_lock = threading.RLock() if path is None else None
+        self._memory_conn: sqlite3.Connection | None = None
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._migrate()
+
+    @classmethod
+    def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
+             **options: Any) -> SqliteStore:
+        from remit_core.store import parse_lease
+
+        parts = urlsplit(url)
+        opts, rest = split_options(parts.query, cls.OPTIONS)
+        if rest:
+            raise StoreConfigError(
+                f"unknown option(s) {', '.join(k for k, _ in rest)} in {mask_url(url)!r}; "
+                f"sqlite URLs accept {', '.join(sorted(cls.OPTIONS))}",
+                url=mask_url(url),
+            )
+        if parts.netloc not in ("", "localhost"):
+            raise StoreConfigError(
+                f"{mask_url(url)!r} names host {parts.netloc!r}; a SQLite URL has three slashes "
+                "before a relative path (sqlite:///app.db) and four before an absolute one "
+                "(sqlite:////var/lib/app.db)",
+                url=mask_url(url),
+            )
+        raw = unquote(parts.path)
+        path = raw[1:] if raw.startswith("/") else raw
+        if path in ("", ":memory:"):
+            path_or_none = None
+        else:
+            p = Path(path)
+            if not p.parent.exists():
+                raise StoreConfigError(
+                    f"the directory of {mask_url(url)!r} ({p.parent}) does not exist; "
+                    "create it first",
+                    url=mask_url(url),
+                )
+            path_or_none = str(p)
+        sync = opts.get("synchronous", "FULL").upper()
+        if sync not in ("FULL", "NORMAL", "EXTRA"):
+            raise StoreConfigError(
+                f"option synchronous={sync!r} in {mask_url(url)!r} must be FULL, NORMAL or EXTRA",
+                url=mask_url(url),
+            )
+        return cls(url, path_or_none, serde=serde,
+                   lease=parse_lease(opts.get("lease"), url, lease), synchronous=sync,
+                   timeout=float(opts.get("timeout", options.get("timeout", 30.0))))
+
+    # ----------------------------------------------------------------------------- connections
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path or ":memory:", timeout=self._timeout,
+                                   isolation_level=None, check_same_thread=self.path is not None)
+            if self.path is not None:
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open {self.url!r}: {exc}", url=self.url) from exc
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        if self.path is None:
+            if self._memory_conn is None:
+                self._memory_conn = sqlite3.connect(":memory:", isolation_level=None,
+                                                    check_same_thread=False)
+            return self._memory_conn
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = self._connect()
+            self._local.conn = conn
+            self._local.pid = os.getpid()
+        return conn
+
+    @contextlib.contextmanager
+    def _tx(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        lock = self._memory_lock or contextlib.nullcontext()
+        with lock:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _close(self) -> None:
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for c in conns:
+            with contextlib.suppress(Exception):
+                c.close()
+        if self._memory_conn is not None:
+            self._memory_conn.close()
+            self._memory_conn = None
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        if isinstance(exc, sqlite3.OperationalError):
+            msg = str(exc).lower()
+            return "locked" in msg or "busy" in msg
+        return False
+
+    def _now(self) -> float:
+        return time.time()
+
+    # ------------------------------------------------------------------------------- migrations
+
+    def _migrate(self) -> None:
+        def run() -> None:
+            with self._tx() as conn:
+                names = {r[0] for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if "remit_meta" not in names:
+                    foreign = sorted(n for n in TABLES if n in names)
+                    if foreign:
+                        raise ForeignSchemaError(
+                            f"{self.url!r} already has table(s) {', '.join(foreign)} that remit "
+                            "did not create (no remit_meta table); remit left them untouched. "
+                            "Use another database file, or rename those tables.",
+                            url=self.url, name=foreign[0],
+                        )
+                    conn.execute("CREATE TABLE remit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                    conn.execute("INSERT INTO remit_meta VALUES ('schema', 'remit'), ('version', '0')")
+                meta = self._read_meta(conn)
+                if meta.get("schema") != "remit" or "version" not in meta:
+                    raise ForeignSchemaError(
+                        f"{self.url!r} has a remit_meta table that remit did not write; "
+                        "remit left it untouched. Use another database file.",
+                        url=self.url, name="remit_meta",
+                    )
+                version = int(meta["version"])
+                if version > len(MIGRATIONS):
+                    raise StoreVersionError(
+                        f"{self.url!r} was written by a newer remit (schema version {version}; "
+                        f"this remit knows {len(MIGRATIONS)}). Upgrade remit-core to open it.",
+                        url=self.url, found=version, supported=len(MIGRATIONS),
+                    )
+                for i in range(version, len(MIGRATIONS)):
+                    for stmt in MIGRATIONS[i].split(";"):
+                        if stmt.strip():
+                            conn.execute(stmt)
+                conn.execute("UPDATE remit_meta SET value = ? WHERE key = 'version'",
+                             (str(len(MIGRATIONS)),))
+
+        try:
+            self._call(run)
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailable(
+                f"cannot use {self.url!r} as a SQLite store: {exc}. Is it a SQLite database?",
+                url=self.url,
+            ) from exc
+
+    @staticmethod
+    def _read_meta(conn: sqlite3.Connection) -> dict[str, str]:
+        try:
+            return {k: v for k, v in conn.execute("SELECT key, value FROM remit_meta")}
+        except sqlite3.OperationalError:
+            return {}
+
+    # ------------------------------------------------------------------------------ checkpoints
+
+    def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
+                          exclusive_child: bool) -> tuple[int, str | None]:
+        now = self._now()
+        with self._tx() as conn:
+            if exclusive_child and row.parent_id is not None:
+                other = conn.execute(
+                    "SELECT checkpoint_id FROM remit_checkpoints WHERE run_id = ? AND ns = ? "
+                    "AND parent_id = ? AND kind = ? AND checkpoint_id != ? LIMIT 1",
+                    (row.run_id, row.ns, row.parent_id, row.kind, row.checkpoint_id),
+                ).fetchone()
+                if other is not None:
+                    return 0, str(other[0])
+            conn.executemany(
+                "INSERT OR IGNORE INTO remit_blobs VALUES (?, ?, ?, ?, ?)",
+                [(b.run_id, b.ns, b.channel, b.version, b.value) for b in blobs],
+            )
+            conn.execute(
+                "INSERT INTO remit_runs VALUES (?, ?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
+                (row.run_id, now, now),
+            )
+            seq = conn.execute(
+                "INSERT INTO remit_checkpoints (run_id, ns, checkpoint_id, parent_id, kind, "
+                "execution_id, data, metadata, versions, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id, ns, checkpoint_id) DO UPDATE SET "
+                "parent_id = excluded.parent_id, kind = excluded.kind, "
+                "execution_id = excluded.execution_id, data = excluded.data, "
+                "metadata = excluded.metadata, versions = excluded.versions "
+                "RETURNING seq",
+                (row.run_id, row.ns, row.checkpoint_id, row.parent_id, row.kind,
+                 row.execution_id, row.data, row.metadata, json.dumps(row.versions), now),
+            ).fetchone()[0]
+            return int(seq), None
+
+    def _blobs(self, conn: sqlite3.Connection, row: CheckpointRow) -> dict[str, bytes]:
+        return {ch: bytes(v) for ch, v in conn.execute(
+            _BLOBS_OF, (json.dumps(row.versions), row.run_id, row.ns))}
+
+    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None
+                         ) -> tuple[CheckpointRow, dict[str, bytes]] | None:
+        with self._tx(write=False) as conn:
+            if checkpoint_id is None:
+                r = conn.execute(
+                    f"SELECT {_CK_COLS} FROM remit_checkpoints WHERE run_id = ? AND ns = ? "
+                    "ORDER BY seq DESC LIMIT 1", (run_id, ns)).fetchone()
+            else:
+                r = conn.execute(
+                    f"SELECT {_CK_COLS} FROM remit_checkpoints WHERE run_id = ? AND ns = ? "
+                    "AND checkpoint_id = ?", (run_id, ns, checkpoint_id)).fetchone()
+            if r is None:
+                return None
+            row = _ck(r)
+            return row, self._blobs(conn, row)
+
+    def _read_writes(self, run_id: str, ns: str, checkpoint_id: str) -> list[WriteRow]:
+        with self._tx(write=False) as conn:
+            return [
+                WriteRow(run_id, ns, checkpoint_id, t, i, ch, bytes(v), p)
+                for t, i, ch, v, p in conn.execute(
+                    "SELECT task_id, idx, channel, value, task_path FROM remit_writes "
+                    "WHERE run_id = ? AND ns = ? AND checkpoint_id = ? ORDER BY task_id, idx",
+                    (run_id, ns, checkpoint_id))
+            ]
+
+    def _list_checkpoints(self, run_id: str | None, ns: str | None, before: str | None,
+                          limit: int | None, execution_ids: Sequence[str] | None
+                          ) -> list[tuple[CheckpointRow, dict[str, bytes]]]:
+        where: list[str] = []
+        args: list[Any] = []
+        if run_id is not None:
+            where.append("run_id = ?")
+            args.append(run_id)
+        if ns is not None:
+            where.append("ns = ?")
+            args.append(ns)
+        if execution_ids is not None:
+            where.append(f"execution_id IN ({', '.join('?' * len(execution_ids))})")
+            args.extend(execution_ids)
+        with self._tx(write=False) as conn:
+            if before is not None:
+                q = "SELECT MIN(seq) FROM remit_checkpoints WHERE checkpoint_id = ?"
+                qa: list[Any] = [before]
+                if run_id is not None:
+                    q += " AND run_id = ?"
+                    qa.append(run_id)
+                b = conn.execute(q, qa).fetchone()[0]
+                if b is None:
+                    return []
+                where.append("seq < ?")
+                args.append(b)
+            sql = f"SELECT {_CK_COLS} FROM remit_checkpoints"
+            if where:
+                sql += " WHERE " + " AND ".join(where)
+            sql += " ORDER BY seq DESC"
+            if limit is not None:
+                sql += " LIMIT ?"
+                args.append(int(limit))
+            rows = [_ck(r) for r in conn.execute(sql, args)]
+            return [(row, self._blobs(conn, row)) for row in rows]
+
+    def _write_writes(self, rows: list[WriteRow], overwrite: bool) -> None:
+        verb = "INSERT OR REPLACE" if overwrite else "INSERT OR IGNORE"
+        with self._tx() as conn:
+            conn.executemany(
+                f"{verb} INTO remit_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(w.run_id, w.ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.value,
+                  w.task_path) for w in rows],
+            )
+
+    def _list_runs(self, limit: int | None) -> list[RunInfo]:
+        sql = (
+            "SELECT r.run_id, r.created_at, r.updated_at, "
+            "(SELECT COUNT(*) FROM remit_checkpoints c WHERE c.run_id = r.run_id), "
+            "l.checkpoint_id, l.kind FROM remit_runs r LEFT JOIN remit_checkpoints l ON l.seq = "
+            "(SELECT MAX(seq) FROM remit_checkpoints c2 WHERE c2.run_id = r.run_id) "
+            "ORDER BY r.updated_at DESC, r.run_id"
+        )
+        args: list[Any] = []
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        with self._tx(write=False) as conn:
+            return [RunInfo(*r) for r in conn.execute(sql, args)]
+
+    def _delete_run(self, run_id: str) -> None:
+        with self._tx() as conn:
+            for table in ("remit_checkpoints", "remit_blobs", "remit_writes", "remit_receipts",
+                          "remit_claims", "remit_runs"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+
+    def _copy_run(self, source: str, target: str) -> None:
+        now = self._now()
+        with self._tx() as conn:
+            if conn.execute("SELECT 1 FROM remit_runs WHERE run_id = ?", (source,)).fetchone() is None:
+                return
+            conn.execute("INSERT INTO remit_runs VALUES (?, ?, ?) ON CONFLICT (run_id) DO UPDATE "
+                         "SET updated_at = excluded.updated_at", (target, now, now))
+            conn.execute(
+                "INSERT OR IGNORE INTO remit_checkpoints (run_id, ns, checkpoint_id, parent_id, "
+                "kind, execution_id, data, metadata, versions, created_at) "
+                "SELECT ?, ns, checkpoint_id, parent_id, kind, execution_id, data, metadata, "
+                "versions, created_at FROM remit_checkpoints WHERE run_id = ? ORDER BY seq",
+                (target, source))
+            conn.execute("INSERT OR IGNORE INTO remit_blobs SELECT ?, ns, channel, version, value "
+                         "FROM remit_blobs WHERE run_id = ?", (target, source))
+            conn.execute("INSERT OR IGNORE INTO remit_writes SELECT ?, ns, checkpoint_id, task_id, "
+                         "idx, channel, value, task_path FROM remit_writes WHERE run_id = ?",
+                         (target, source))
+
+    def _drop_orphans(self, conn: sqlite3.Connection, run_id: str) -> None:
+        conn.execute(
+            "DELETE FROM remit_writes AS w WHERE w.run_id = ? AND NOT EXISTS (SELECT 1 FROM "
+            "remit_checkpoints c WHERE c.run_id = w.run_id AND c.ns = w.ns "
+            "AND c.checkpoint_id = w.checkpoint_id)", (run_id,))
+        conn.execute(
+            "DELETE FROM remit_blobs AS b WHERE b.run_id = ? AND NOT EXISTS (SELECT 1 FROM "
+            "remit_checkpoints c, json_each(c.versions) j WHERE c.run_id = b.run_id "
+            "AND c.ns = b.ns AND j.key = b.channel AND j.value = b.version)", (run_id,))
+
+    def _prune_run(self, run_id: str, keep_latest: int) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "DELETE FROM remit_checkpoints WHERE run_id = ? AND seq NOT IN (SELECT seq FROM "
+                "(SELECT seq, ROW_NUMBER() OVER (PARTITION BY ns ORDER BY seq DESC) AS rn "
+                "FROM remit_checkpoints WHERE run_id = ?) WHERE rn <= ?)",
+                (run_id, run_id, keep_latest))
+            self._drop_orphans(conn, run_id)
+
+    def _delete_executions(self, execution_ids: list[str]) -> None:
+        marks = ", ".join("?" * len(execution_ids))
+        with self._tx() as conn:
+            runs = [r[0] for r in conn.execute(
+                f"SELECT DISTINCT run_id FROM remit_checkpoints WHERE execution_id IN ({marks})",
+                execution_ids)]
+            conn.execute(f"DELETE FROM remit_checkpoints WHERE execution_id IN ({marks})",
+                         execution_ids)
+            for run_id in runs:
+                self._drop_orphans(conn, run_id)
+
+    def _usage(self, run_id: str | None) -> dict[str, int]:
+        where, args = ("WHERE run_id = ?", (run_id,)) if run_id is not None else ("", ())
+        with self._tx(write=False) as conn:
+            def one(sql: str) -> int:
+                return int(conn.execute(sql, args).fetchone()[0] or 0)
+            return {
+                "checkpoints": one(f"SELECT COUNT(*) FROM remit_checkpoints {where}"),
+                "blobs": one(f"SELECT COUNT(*) FROM remit_blobs {where}"),
+                "blob_bytes": one(f"SELECT SUM(LENGTH(value)) FROM remit_blobs {where}"),
+                "writes": one(f"SELECT COUNT(*) FROM remit_writes {where}"),
+                "receipts": one(f"SELECT COUNT(*) FROM remit_receipts {where}"),
+                "claims": one(f"SELECT COUNT(*) FROM remit_claims {where}"),
+            }
+
+    # --------------------------------------------------------------------------------- receipts
+
+    def _start_receipt(self, key: str, run_id: str, step: str, name: str, ordinal: int,
+                       owner: str, lease: float, may_take_over: bool
+                       ) -> tuple[ReceiptOutcome, ReceiptRow]:
+        with self._tx() as conn:
+            now = self._now()
+            r = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts WHERE key = ?", (key,)).fetchone()
+            if r is None:
+                row = ReceiptRow(key, run_id, step, name, ordinal, "started", owner, 1,
+                                 now + lease, now, None, None, 1)
+                conn.execute(f"INSERT INTO remit_receipts ({_RC_COLS}) VALUES "
+                             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (row.key, row.run_id, row.step, row.name, row.ordinal, row.status,
+                              row.owner, row.fence, row.lease_until, row.started_at,
+                              row.completed_at, row.result, row.attempt))
+                return "run", row
+            cur = _rc(r)
+            if cur.status == "completed":
+                return "done", cur
+            if cur.owner == owner:
+                return "run", cur
+            if cur.lease_until > now:
+                return "busy", cur
+            if not may_take_over:
+                return "in_doubt", cur
+            conn.execute("UPDATE remit_receipts SET owner = ?, fence = fence + 1, "
+                         "attempt = attempt + 1, lease_until = ? WHERE key = ?",
+                         (owner, now + lease, key))
+            r = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts WHERE key = ?", (key,)).fetchone()
+            return "taken_over", _rc(r)
+
+    def _complete_receipt(self, key: str, owner: str, fence: int, result: bytes) -> bool:
+        with self._tx() as conn:
+            cur = conn.execute(
+                "UPDATE remit_receipts SET status = 'completed', result = ?, completed_at = ? "
+                "WHERE key = ? AND owner = ? AND fence = ?",
+                (result, self._now(), key, owner, fence))
+            return cur.rowcount == 1
+
+    def _release_receipt(self, key: str, owner: str, fence: int) -> bool:
+        with self._tx() as conn:
+            cur = conn.execute("DELETE FROM remit_receipts WHERE key = ? AND owner = ? AND "
+                               "fence = ? AND status = 'started'", (key, owner, fence))
+            return cur.rowcount == 1
+
+    def _renew_receipt(self, key: str, owner: str, fence: int, lease: float) -> bool:
+        with self._tx() as conn:
+            cur = conn.execute("UPDATE remit_receipts SET lease_until = ? WHERE key = ? AND "
+                               "owner = ? AND fence = ? AND status = 'started'",
+                               (self._now() + lease, key, owner, fence))
+            return cur.rowcount == 1
+
+    def _get_receipt(self, key: str) -> ReceiptRow | None:
+        with self._tx(write=False) as conn:
+            r = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts WHERE key = ?", (key,)).fetchone()
+            return None if r is None else _rc(r)
+
+    def _list_receipts(self, run_id: str | None) -> list[ReceiptRow]:
+        with self._tx(write=False) as conn:
+            if run_id is None:
+                rows = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts ORDER BY started_at, key")
+            else:
+                rows = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts WHERE run_id = ? "
+                                    "ORDER BY started_at, key", (run_id,))
+            return [_rc(r) for r in rows]
+
+    def _resolve_receipt(self, key: str, result: bytes) -> bool:
+        with self._tx() as conn:
+            cur = conn.execute("UPDATE remit_receipts SET status = 'completed', result = ?, "
+                               "completed_at = ? WHERE key = ?", (result, self._now(), key))
+            return cur.rowcount == 1
+
+    def _reset_receipt(self, key: str) -> None:
+        with self._tx() as conn:
+            conn.execute("DELETE FROM remit_receipts WHERE key = ?", (key,))
+
+    # ----------------------------------------------------------------------------------- claims
+
+    def _claim(self, key: str, run_id: str, owner: str, lease: float, digest: str | None,
+               value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
+        with self._tx() as conn:
+            now = self._now()
+            r = conn.execute(f"SELECT {_CL_COLS} FROM remit_claims WHERE key = ?", (key,)).fetchone()
+            if r is None:
+                row = ClaimRow(key, run_id, "claimed", owner, 1, now + lease, digest, value, now, None)
+                conn.execute(f"INSERT INTO remit_claims ({_CL_COLS}) VALUES "
+                             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (row.key, row.run_id, row.status, row.owner, row.fence,
+                              row.lease_until, row.digest, row.value, row.claimed_at,
+                              row.consumed_at))
+                return "won", row
+            cur = _cl(r)
+            if cur.status == "consumed":
+                return "consumed", cur
+            if cur.status == "released":
+                conn.execute("UPDATE remit_claims SET status = 'claimed', owner = ?, "
+                             "fence = fence + 1, lease_until = ?, digest = ?, value = ?, "
+                             "claimed_at = ? WHERE key = ?",
+                             (owner, now + lease, digest, value, now, key))
+                return "won", self._claim_row(conn, key)
+            if cur.owner == owner:
+                return "reentered", cur
+            if cur.lease_until > now:
+                return "held", cur
+            if digest is not None and cur.digest is not None and digest != cur.digest:
+                return "mismatch", cur
+            conn.execute("UPDATE remit_claims SET owner = ?, fence = fence + 1, lease_until = ? "
+                         "WHERE key = ?", (owner, now + lease, key))
+            return "taken_over", self._claim_row(conn, key)
+
+    @staticmethod
+    def _claim_row(conn: sqlite3.Connection, key: str) -> ClaimRow:
+        return _cl(conn.execute(f"SELECT {_CL_COLS} FROM remit_claims WHERE key = ?",
+                                (key,)).fetchone())
+
+    def _consume_claim(self, key: str, owner: str, fence: int, digest: str | None
+                       ) -> tuple[bool, ClaimRow | None]:
+        with self._tx() as conn:
+            r = conn.execute(f"SELECT {_CL_COLS} FROM remit_claims WHERE key = ?", (key,)).fetchone()
+            if r is None:
+                return False, None
+            cur = _cl(r)
+            if cur.owner != owner or cur.fence != fence or cur.status == "released":
+                return False, cur
+            if cur.status == "consumed":
+                return True, cur
+            conn.execute("UPDATE remit_claims SET status = 'consumed', consumed_at = ?, "
+                         "digest = COALESCE(?, digest) WHERE key = ?", (self._now(), digest, key))
+            return True, self._claim_row(conn, key)
+
+    def _release_claim(self, key: str, owner: str, fence: int) -> bool:
+        with self._tx() as conn:
+            cur = conn.execute("UPDATE remit_claims SET status = 'released' WHERE key = ? AND "
+                               "owner = ? AND fence = ? AND status = 'claimed'", (key, owner, fence))
+            return cur.rowcount == 1
+
+    def _renew_claim(self, key: str, owner: str, fence: int, lease: float) -> bool:
+        with self._tx() as conn:
+            cur = conn.execute("UPDATE remit_claims SET lease_until = ? WHERE key = ? AND "
+                               "owner = ? AND fence = ? AND status = 'claimed'",
+                               (self._now() + lease, key, owner, fence))
+            return cur.rowcount == 1
+
+    def _get_claim(self, key: str) -> ClaimRow | None:
+        with self._tx(write=False) as conn:
+            r = conn.execute(f"SELECT {_CL_COLS} FROM remit_claims WHERE key = ?", (key,)).fetchone()
+            return None if r is None else _cl(r)
+
+    def _list_claims(self, run_id: str | None) -> list[ClaimRow]:
+        with self._tx(write=False) as conn:
+            if run_id is None:
+                rows = conn.execute(f"SELECT {_CL_COLS} FROM remit_claims ORDER BY claimed_at, key")
+            else:
+                rows = conn.execute(f"SELECT {_CL_COLS} FROM remit_claims WHERE run_id = ? "
+                                    "ORDER BY claimed_at, key", (run_id,))
+            return [_cl(r) for r in rows]

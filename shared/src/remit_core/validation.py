@@ -1,0 +1,121 @@
+"""CV: state schemas, checked before anything is written.
+
+:class:`StateSchema` wraps a pydantic model, a dataclass or a TypedDict (or any
+type pydantic can validate) and turns a validation failure into
+:class:`StateValidationError` naming the field path, the run and the step.
+Adapters pass ``lambda: schema.check(values, run_id=..., step=...)`` as the
+``validate=`` argument of the store's writes, so that a failure writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, get_type_hints, is_typeddict
+
+import pydantic
+from pydantic import BaseModel, TypeAdapter
+
+from remit_core.errors import StateValidationError
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "$"
+
+
+class StateSchema:
+    """A declared state type and its validators.
+
+    ``check(values)`` validates a whole state; ``check(values, partial=True)``
+    validates only the fields present (for stores that see state channel by
+    channel). Unknown keys are left to the framework.
+    """
+
+    def __init__(self, schema: Any, *, strict: bool = False) -> None:
+        self.schema = schema
+        self.strict = strict
+        self._adapter: TypeAdapter[Any] = TypeAdapter(schema)
+        self._fields: dict[str, TypeAdapter[Any]] = {}
+        for name, tp in self._field_types(schema).items():
+            self._fields[name] = TypeAdapter(tp)
+
+    @staticmethod
+    def _field_types(schema: Any) -> dict[str, Any]:
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            return {n: f.annotation for n, f in schema.model_fields.items()}
+        if dataclasses.is_dataclass(schema) and isinstance(schema, type):
+            hints = get_type_hints(schema, include_extras=True)
+            return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(schema)}
+        if is_typeddict(schema):
+            return dict(get_type_hints(schema, include_extras=True))
+        return {}
+
+    @property
+    def field_names(self) -> set[str]:
+        return set(self._fields)
+
+    def check(self, values: Any, *, run_id: str | None = None, step: str | None = None,
+              partial: bool = False) -> Any:
+        """Return the validated value, or raise :class:`StateValidationError`."""
+        try:
+            if partial and isinstance(values, Mapping) and self._fields:
+                out = {}
+                for name, value in values.items():
+                    adapter = self._fields.get(name)
+                    if adapter is None:
+                        out[name] = value
+                        continue
+                    try:
+                        out[name] = adapter.validate_python(value, strict=self.strict)
+                    except pydantic.ValidationError as exc:
+                        raise _prefixed(exc, name) from None
+                return out
+            if isinstance(values, self._python_type()):
+                values = _as_mapping(values)
+            return self._adapter.validate_python(values, strict=self.strict)
+        except _PrefixedError as exc:
+            raise self._error(exc.error, exc.prefix, run_id, step) from None
+        except pydantic.ValidationError as exc:
+            raise self._error(exc, "", run_id, step) from None
+
+    def _python_type(self) -> tuple[type, ...]:
+        return (self.schema,) if isinstance(self.schema, type) and not is_typeddict(
+            self.schema) else ()
+
+    def _error(self, exc: pydantic.ValidationError, prefix: str, run_id: str | None,
+               step: str | None) -> StateValidationError:
+        errors = exc.errors(include_url=False)
+        first = errors[0] if errors else {"loc": (), "msg": str(exc), "type": "unknown"}
+        loc = tuple(first.get("loc", ()))
+        field = _loc(((prefix,) if prefix else ()) + loc)
+        got = first.get("input")
+        got_s = f" (got {type(got).__name__} {got!r:.60})" if "input" in first else ""
+        where = f"run {run_id!r}, step {step!r}" if run_id or step else "this state"
+        return StateValidationError(
+            f"invalid state in {where}: field {field!r}: {first.get('msg')}{got_s}. "
+            f"Nothing was written; the last valid checkpoint is still the latest. "
+            f"Fix the value the step returns and resume.",
+            run_id=run_id, step=step, field=field,
+            errors=[dict(e) for e in errors],
+        )
+
+
+class _PrefixedError(Exception):
+    def __init__(self, error: pydantic.ValidationError, prefix: str) -> None:
+        self.error = error
+        self.prefix = prefix
+
+
+def _prefixed(exc: pydantic.ValidationError, prefix: str) -> _PrefixedError:
+    return _PrefixedError(exc, prefix)
+
+
+def _as_mapping(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(round_trip=True)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return value

@@ -1,0 +1,476 @@
+"""The store suite: the same tests on SQLite, PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import logging
+import time
+import uuid
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from remit_core import (
+    ConsumeConflict,
+    CorruptRecord,
+    EffectInDoubt,
+    SerializationError,
+    StateSchema,
+    StateValidationError,
+    effect,
+    effect_scope,
+    open_store,
+)
+from remit_core.errors import LeaseLost
+from remit_core.records import WriteRow
+from remit_core.store import Store, new_owner
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class Item(BaseModel):
+    name: str
+    at: dt.datetime
+    tags: set[str] = set()
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: float
+
+
+RICH: dict[str, Any] = {
+    "text": "héllo",
+    "n": 2**70,
+    "neg": -5,
+    "f": 1.5,
+    "none": None,
+    "bytes": b"\x00\xff" * 10,
+    "tuple": (1, "a", (2, 3)),
+    "set": {1, 2, 3},
+    "frozen": frozenset({"a"}),
+    "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    "when": dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+    "day": dt.date(2026, 1, 2),
+    "delta": dt.timedelta(seconds=90),
+    "dec": decimal.Decimal("1.10"),
+    "enum": Color.RED,
+    "model": Item(name="x", at=dt.datetime(2026, 1, 1), tags={"a"}),
+    "dc": Point(1, 2.5),
+    "nested": {"list": [1, {"k": (1,)}], 3: "int key"},
+}
+
+
+def wait_until(predicate: Any, timeout: float = 10.0) -> None:
+    """Poll a condition (lease expiry is a time condition; this is not synchronisation)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def put(store: Store, run: str, cid: str, parent: str | None = None, **kw: Any) -> Any:
+    return store.put_checkpoint(run, cid, parent_id=parent, data={"id": cid},
+                                metadata={"step": kw.pop("step", 0)}, **kw)
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+
+def test_checkpoint_roundtrip_rich_values(store: Store) -> None:
+    put(store, "r", "c1", new_values={"state": ("v1", RICH)})
+    got = store.get_checkpoint("r")
+    assert got is not None
+    assert got.checkpoint_id == "c1"
+    assert got.values["state"] == RICH
+    assert got.data == {"id": "c1"} and got.metadata == {"step": 0}
+    assert got.versions == {"state": "v1"}
+
+
+def test_latest_is_highest_seq_and_addressed_reads(store: Store) -> None:
+    a = put(store, "r", "c1", new_values={"x": ("1", 1)})
+    b = put(store, "r", "c2", "c1", new_values={"x": ("2", 2)})
+    assert b.seq > a.seq
+    latest = store.get_checkpoint("r")
+    assert latest is not None and latest.checkpoint_id == "c2" and latest.values == {"x": 2}
+    first = store.get_checkpoint("r", "c1")
+    assert first is not None and first.values == {"x": 1} and first.parent_id is None
+    assert store.get_checkpoint("r", "nope") is None
+    assert store.get_checkpoint("other") is None
+
+
+def test_unchanged_value_stored_once(store: Store) -> None:
+    big = b"x" * (1 << 20)
+    put(store, "r", "c0", new_values={"big": ("1", big), "n": ("1", 0)})
+    for i in range(1, 100):
+        put(store, "r", f"c{i}", f"c{i - 1}", versions={"big": "1", "n": str(i + 1)},
+            new_values={"n": (str(i + 1), i)})
+    usage = store.usage("r")
+    assert usage["checkpoints"] == 100
+    assert usage["blob_bytes"] < int(1.2 * (1 << 20))
+    latest = store.get_checkpoint("r")
+    assert latest is not None and latest.values["big"] == big and latest.values["n"] == 99
+
+
+def test_rewrite_keeps_seq(store: Store) -> None:
+    a = put(store, "r", "c1")
+    put(store, "r", "c2", "c1")
+    again = store.put_checkpoint("r", "c1", data={"id": "c1", "v": 2})
+    assert again.seq == a.seq
+    latest = store.get_checkpoint("r")
+    assert latest is not None and latest.checkpoint_id == "c2"
+    c1 = store.get_checkpoint("r", "c1")
+    assert c1 is not None and c1.data == {"id": "c1", "v": 2}
+
+
+def test_namespaces_are_separate(store: Store) -> None:
+    put(store, "r", "c1", new_values={"x": ("1", "root")})
+    store.put_checkpoint("r", "s1", ns="sub:1", new_values={"x": ("1", "sub")})
+    root = store.get_checkpoint("r")
+    sub = store.get_checkpoint("r", ns="sub:1")
+    assert root is not None and root.values == {"x": "root"}
+    assert sub is not None and sub.values == {"x": "sub"} and sub.ns == "sub:1"
+
+
+def test_exclusive_child(store: Store) -> None:
+    put(store, "r", "p")
+    put(store, "r", "a", "p", exclusive_child=True)
+    put(store, "r", "a", "p", exclusive_child=True)  # the same child again is fine
+    with pytest.raises(ConsumeConflict) as info:
+        put(store, "r", "b", "p", exclusive_child=True)
+    assert info.value.run_id == "r" and info.value.owner == "a"
+    assert store.get_checkpoint("r", "b") is None
+    put(store, "r", "f", "p", kind="fork", exclusive_child=True)  # another kind is separate
+
+
+def test_list_newest_first_limit_before(store: Store) -> None:
+    for i in range(5):
+        put(store, "r", f"c{i}", f"c{i - 1}" if i else None, execution_id=f"e{i % 2}")
+    put(store, "q", "x0")
+    ids = [c.checkpoint_id for c in store.list_checkpoints("r")]
+    assert ids == ["c4", "c3", "c2", "c1", "c0"]
+    assert [c.checkpoint_id for c in store.list_checkpoints("r", limit=2)] == ["c4", "c3"]
+    assert [c.checkpoint_id for c in store.list_checkpoints("r", before="c3")] == ["c2", "c1", "c0"]
+    assert [c.checkpoint_id for c in store.list_checkpoints("r", before="c3", limit=1)] == ["c2"]
+    assert [c.checkpoint_id for c in store.list_checkpoints("r", execution_ids=["e1"])] == ["c3", "c1"]
+    everything = [(c.run_id, c.checkpoint_id) for c in store.list_checkpoints()]
+    assert everything[0] == ("q", "x0") and len(everything) == 6
+    assert [c.checkpoint_id for c in store.list_checkpoints("r", ns="other")] == []
+
+
+def test_writes_idempotent_and_overwrite(store: Store) -> None:
+    put(store, "r", "c1")
+    store.put_writes("r", "c1", "t1", [(0, "a", 1), (1, "b", "x")], task_path="p")
+    store.put_writes("r", "c1", "t1", [(0, "a", 99)])  # kept: first write wins
+    store.put_writes("r", "c1", "t0", [(-3, "__resume__", "v1")], overwrite=True)
+    store.put_writes("r", "c1", "t0", [(-3, "__resume__", "v2")], overwrite=True)
+    got = store.get_checkpoint("r", "c1")
+    assert got is not None
+    seen = [(w.task_id, w.idx, w.channel, w.value, w.task_path) for w in got.writes]
+    assert seen == [("t0", -3, "__resume__", "v2", ""), ("t1", 0, "a", 1, "p"),
+                    ("t1", 1, "b", "x", "p")]
+
+
+def test_delete_copy_prune_executions(store: Store) -> None:
+    put(store, "r", "c0", new_values={"x": ("1", "a")}, execution_id="e0")
+    put(store, "r", "c1", "c0", new_values={"x": ("2", "b")}, execution_id="e1")
+    put(store, "r", "c2", "c1", new_values={"x": ("3", "c")}, execution_id="e1")
+    store.put_writes("r", "c2", "t", [(0, "x", "w")])
+    store.copy_run("r", "r2")
+    copied = [c.checkpoint_id for c in store.list_checkpoints("r2")]
+    assert copied == ["c2", "c1", "c0"]
+    c2 = store.get_checkpoint("r2")
+    assert c2 is not None and c2.values == {"x": "c"} and [w.value for w in c2.writes] == ["w"]
+
+    store.prune_run("r2", keep_latest=1)
+    assert [c.checkpoint_id for c in store.list_checkpoints("r2")] == ["c2"]
+    assert store.usage("r2")["blobs"] == 1
+
+    store.delete_executions(["e1"])
+    assert [c.checkpoint_id for c in store.list_checkpoints("r")] == ["c0"]
+    assert store.usage("r")["writes"] == 0
+
+    assert store.get_checkpoint("r2") is None  # its one checkpoint came from execution e1
+
+    put(store, "z", "z0")
+    store.delete_run("r")
+    assert store.get_checkpoint("r") is None
+    assert store.usage("r") == {k: 0 for k in store.usage("r")}
+    assert store.get_checkpoint("z") is not None
+
+
+def test_list_runs(store: Store) -> None:
+    put(store, "a", "a0")
+    put(store, "b", "b0")
+    put(store, "b", "b1", "b0", kind="end")
+    runs = {r.run_id: r for r in store.list_runs()}
+    assert runs["b"].checkpoints == 2 and runs["b"].latest_checkpoint_id == "b1"
+    assert runs["b"].latest_kind == "end" and runs["a"].checkpoints == 1
+
+
+# ------------------------------------------------------------------------- CV and bad input
+
+
+def test_validation_failure_writes_nothing(store: Store) -> None:
+    class State(BaseModel):
+        count: int
+
+    schema = StateSchema(State)
+    put(store, "r", "c1", new_values={"count": ("1", 1)})
+    bad = {"count": "not a number"}
+    with pytest.raises(StateValidationError) as info:
+        store.put_checkpoint("r", "c2", parent_id="c1", new_values={"count": ("2", bad["count"])},
+                             validate=lambda: schema.check(bad, run_id="r", step="node_b"))
+    err = info.value
+    assert err.field == "count" and err.run_id == "r" and err.step == "node_b"
+    assert "count" in str(err) and "node_b" in str(err)
+    latest = store.get_checkpoint("r")
+    assert latest is not None and latest.checkpoint_id == "c1" and latest.values == {"count": 1}
+    with pytest.raises(StateValidationError):
+        store.put_writes("r", "c1", "t", [(0, "count", "x")],
+                         validate=lambda: schema.check({"count": "x"}, partial=True))
+    assert store.get_checkpoint("r", "c1").writes == []  # type: ignore[union-attr]
+
+
+def test_unserialisable_value_writes_nothing(store: Store) -> None:
+    put(store, "r", "c1", new_values={"x": ("1", 1)})
+    with pytest.raises(SerializationError) as info:
+        store.put_checkpoint("r", "c2", new_values={"x": ("2", {"ok": 1, "bad": [object()]})})
+    assert info.value.path == "$.bad[0]" and info.value.type_name == "object"
+    with pytest.raises(SerializationError):
+        store.put_writes("r", "c1", "t", [(0, "a", 1), (1, "b", lambda: 1)])
+    latest = store.get_checkpoint("r")
+    assert latest is not None and latest.checkpoint_id == "c1" and latest.writes == []
+
+
+def test_corrupt_bytes_are_refused(store: Store) -> None:
+    put(store, "r", "c1")
+    store._write_writes([WriteRow("r", "", "c1", "t", 0, "x", b"\x01\xc1garbage")], False)
+    with pytest.raises(CorruptRecord) as info:
+        store.get_checkpoint("r")
+    assert "'t'" in info.value.record and "c1" in info.value.record
+    assert store.get_checkpoint("r", with_writes=False) is not None  # the rest stays readable
+    put(store, "r", "c2", "c1")
+    store._write_writes([WriteRow("r", "", "c2", "u", 0, "x", b"PK\x03")], False)
+    with pytest.raises(CorruptRecord, match="not a remit envelope"):
+        store.get_checkpoint("r")
+
+
+# ----------------------------------------------------------------------------------- receipts
+
+
+def start(store: Store, key: str, owner: str, *, take: bool = False, lease: float | None = None):
+    return store.start_receipt(key, run_id="r", step="s", name="n", ordinal=0, owner=owner,
+                               may_take_over=take, lease=lease)
+
+
+def test_receipt_decision_table(store: Store) -> None:
+    a, b = new_owner(), new_owner()
+    st = start(store, "k", a)
+    assert st.outcome == "run" and st.receipt.fence == 1 and st.receipt.status == "started"
+    assert start(store, "k", a).outcome == "run"  # a retried call of the same owner
+    assert start(store, "k", b).outcome == "busy"
+    store.complete_receipt("k", owner=a, fence=1, result={"txn": 7})
+    done = start(store, "k", b)
+    assert done.outcome == "done" and done.receipt.result == {"txn": 7}
+    with pytest.raises(LeaseLost):
+        store.complete_receipt("k", owner=b, fence=1, result=1)
+
+
+def test_receipt_expired_owner(store: Store) -> None:
+    a, b, c = new_owner(), new_owner(), new_owner()
+    start(store, "k", a, lease=0.2)
+    wait_until(lambda: start(store, "k", b).outcome == "in_doubt")
+    assert start(store, "k", b).receipt.owner == a  # in_doubt writes nothing
+    st = start(store, "k", c, take=True)
+    assert st.outcome == "taken_over" and st.receipt.fence == 2 and st.receipt.attempt == 2
+    with pytest.raises(LeaseLost):
+        store.complete_receipt("k", owner=a, fence=1, result="late")  # fenced out
+    store.complete_receipt("k", owner=c, fence=2, result="ok")
+    assert store.get_receipt("k").result == "ok"  # type: ignore[union-attr]
+
+
+def test_receipt_release_resolve_reset(store: Store) -> None:
+    a = new_owner()
+    start(store, "k", a)
+    store.release_receipt("k", owner=a, fence=1)
+    assert store.get_receipt("k") is None
+    start(store, "k", a, lease=0.1)
+    store.resolve_receipt("k", {"by": "hand"})
+    assert start(store, "k", new_owner()).receipt.result == {"by": "hand"}
+    store.reset_receipt("k")
+    assert start(store, "k", new_owner()).outcome == "run"
+    assert [r.key for r in store.list_receipts("r")] == ["k"]
+
+
+# ------------------------------------------------------------------------------------- claims
+
+
+def test_claim_decision_table(store: Store) -> None:
+    a, b = new_owner(), new_owner()
+    c = store.claim_once("gate", run_id="r", owner=a, digest="d1", value={"v": 1})
+    assert c.status == "claimed" and c.fence == 1 and c.value == {"v": 1}
+    assert store.claim_once("gate", run_id="r", owner=a).fence == 1  # re-entry
+    with pytest.raises(ConsumeConflict) as held:
+        store.claim_once("gate", run_id="r", owner=b, digest="d2")
+    assert held.value.owner == a and held.value.consumed_at is None
+    store.consume_claim("gate", owner=a, fence=1)
+    store.consume_claim("gate", owner=a, fence=1)  # a retry is harmless
+    with pytest.raises(ConsumeConflict) as done:
+        store.claim_once("gate", run_id="r", owner=b)
+    assert done.value.owner == a and done.value.consumed_at is not None
+    assert done.value.status == "consumed"
+    got = store.get_claim("gate")
+    assert got is not None and got.digest == "d1" and got.status == "consumed"
+
+
+def test_claim_release_and_take_over(store: Store) -> None:
+    a, b, c, d = (new_owner() for _ in range(4))
+    store.claim_once("g", run_id="r", owner=a, digest="d1")
+    assert store.release_claim("g", owner=a, fence=1)
+    again = store.claim_once("g", run_id="r", owner=b, digest="d2", value="v2", lease=0.2)
+    assert again.fence == 2 and again.digest == "d2"
+    wait_until(lambda: store.get_claim("g").lease_until < time.time() - 0.05)  # type: ignore[union-attr]
+    with pytest.raises(ConsumeConflict, match="another value"):
+        store.claim_once("g", run_id="r", owner=c, digest="d3")
+    took = store.claim_once("g", run_id="r", owner=d)  # recovery: any value -> the recorded one
+    assert took.taken_over and took.fence == 3 and took.value == "v2" and took.digest == "d2"
+    with pytest.raises(LeaseLost):
+        store.consume_claim("g", owner=b, fence=2)
+    assert not store.renew_claim("g", owner=b, fence=2)
+    assert store.renew_claim("g", owner=d, fence=3)
+    store.consume_claim("g", owner=d, fence=3)
+    assert [x.key for x in store.list_claims("r")] == ["g"]
+
+
+# ------------------------------------------------------------------------------------ effects
+
+
+def test_effect_runs_once_per_key_and_replays(store: Store) -> None:
+    calls: list[tuple[int, str]] = []
+
+    @effect
+    def charge(amount: int, *, idempotency_key: str) -> dict[str, Any]:
+        calls.append((amount, idempotency_key))
+        return {"txn": f"t{len(calls)}", "amount": amount}
+
+    with effect_scope(store, "run-1", "step-a"):
+        first = charge(10)
+        second = charge(20)
+    with effect_scope(store, "run-1", "step-a"):  # the step re-runs (resume, crash, racer)
+        assert charge(10) == first
+        assert charge(20) == second
+    assert [c[0] for c in calls] == [10, 20]
+    assert calls[0][1] != calls[1][1] and "run-1" in calls[0][1]
+    with effect_scope(store, "run-1", "step-b"):
+        charge(10)
+    assert len(calls) == 3
+
+
+def test_effect_async(store: Store) -> None:
+    calls: list[int] = []
+
+    @effect(name="notify")
+    async def notify(x: int) -> int:
+        calls.append(x)
+        return x * 2
+
+    async def step() -> list[int]:
+        with effect_scope(store, "run-2", "s"):
+            return [await notify(1), await notify(2)]
+
+    assert asyncio.run(step()) == [2, 4]
+    assert asyncio.run(step()) == [2, 4]
+    assert calls == [1, 2]
+
+
+def test_effect_exception_leaves_no_receipt(store: Store) -> None:
+    attempts: list[int] = []
+
+    @effect
+    def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("boom")
+        return "ok"
+
+    with effect_scope(store, "r", "s"), pytest.raises(RuntimeError):
+        flaky()
+    with effect_scope(store, "r", "s"):
+        assert flaky() == "ok"
+    assert len(attempts) == 2
+
+
+def test_effect_in_doubt_and_retry_policies(store: Store) -> None:
+    @effect(name="pay")
+    def pay() -> str:
+        return "paid"
+
+    @effect(name="pay", on_in_doubt="retry")
+    def pay_retry() -> str:
+        return "paid again"
+
+    dead = new_owner()
+    from remit_core.effects import receipt_key
+
+    key = receipt_key("r", "s", "pay", 0)
+    store.start_receipt(key, run_id="r", step="s", name="pay", ordinal=0, owner=dead,
+                        may_take_over=False, lease=0.2)
+    wait_until(lambda: store.get_receipt(key).lease_until < time.time())  # type: ignore[union-attr]
+    with effect_scope(store, "r", "s"), pytest.raises(EffectInDoubt) as info:
+        pay()
+    assert info.value.key == key and info.value.owner == dead and info.value.step == "s"
+    with effect_scope(store, "r", "s"):
+        assert pay_retry() == "paid again"
+    with effect_scope(store, "r", "s"):
+        assert pay() == "paid again"  # now recorded
+
+
+def test_effect_outside_scope_is_plain_call(caplog: pytest.LogCaptureFixture) -> None:
+    @effect(name="plain-once")
+    def f(x: int) -> int:
+        return x + 1
+
+    with caplog.at_level(logging.WARNING, logger="remit"):
+        assert f(1) == 2 and f(2) == 3
+    assert sum("outside a remit step" in r.message for r in caplog.records) == 1
+
+
+def test_unserialisable_effect_result_is_an_error(store: Store) -> None:
+    @effect
+    def returns_object() -> object:
+        return object()
+
+    with effect_scope(store, "r", "s"), pytest.raises(SerializationError):
+        returns_object()
+
+
+# ------------------------------------------------------------------------------ configuration
+
+
+def test_reopen_sees_data(store_url: str) -> None:
+    with open_store(store_url) as s:
+        s.put_checkpoint("r", "c1", new_values={"x": ("1", 1)})
+    with open_store(store_url) as s:
+        got = s.get_checkpoint("r")
+        assert got is not None and got.values == {"x": 1}
+
+
+def test_async_twins(store: Store) -> None:
+    async def go() -> Any:
+        await store.aput_checkpoint("r", "c1", new_values={"x": ("1", 5)})
+        await store.aput_writes("r", "c1", "t", [(0, "y", 1)])
+        got = await store.aget_checkpoint("r")
+        listed = await store.alist_checkpoints("r")
+        return got, listed
+
+    got, listed = asyncio.run(go())
+    assert got.values == {"x": 5} and got.writes[0].value == 1 and len(listed) == 1
