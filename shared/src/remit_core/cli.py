@@ -1,0 +1,114 @@
+"""The ``remit`` command: ``check``, ``inspect`` and ``migrate``.
+
+``inspect`` looks inside a store. ``check`` and ``migrate`` need the framework
+adapters; they say so until those land.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from remit_core.errors import RemitError
+from remit_core.store import open_store
+
+
+def _ts(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    if not rows:
+        return "  (none)"
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    head = "  ".join(c.ljust(widths[c]) for c in columns)
+    lines = [head, "  ".join("-" * widths[c] for c in columns)]
+    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join("  " + line for line in lines)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    with open_store(args.url) as store:
+        report: dict[str, Any] = {"store": store.url}
+        if args.run is None:
+            report["runs"] = [
+                {"run_id": r.run_id, "checkpoints": r.checkpoints,
+                 "latest_checkpoint": r.latest_checkpoint_id, "latest_kind": r.latest_kind,
+                 "updated": _ts(r.updated_at)}
+                for r in store.list_runs(limit=args.limit)
+            ]
+        else:
+            report["run_id"] = args.run
+            report["checkpoints"] = [
+                {"seq": c.seq, "ns": c.ns, "checkpoint_id": c.checkpoint_id,
+                 "parent_id": c.parent_id, "kind": c.kind, "channels": ",".join(sorted(c.versions)),
+                 "pending_writes": len(c.writes), "created": _ts(c.created_at)}
+                for c in store.list_checkpoints(args.run, limit=args.limit)
+            ]
+        report["receipts"] = [
+            {"key": r.key, "status": r.status, "owner": r.owner, "attempt": r.attempt,
+             "lease_until": _ts(r.lease_until), "completed": _ts(r.completed_at)}
+            for r in store.list_receipts(args.run)
+        ]
+        report["claims"] = [
+            {"key": c.key, "status": c.status, "owner": c.owner, "fence": c.fence,
+             "digest": (c.digest or "")[:16], "lease_until": _ts(c.lease_until),
+             "consumed": _ts(c.consumed_at)}
+            for c in store.list_claims(args.run)
+        ]
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    print(f"store: {report['store']}")
+    if "runs" in report:
+        print("runs:")
+        print(_table(report["runs"], ["run_id", "checkpoints", "latest_checkpoint",
+                                      "latest_kind", "updated"]))
+    else:
+        print(f"checkpoints of run {args.run!r} (newest first):")
+        print(_table(report["checkpoints"], ["seq", "ns", "checkpoint_id", "parent_id", "kind",
+                                             "channels", "pending_writes", "created"]))
+    print("receipts:")
+    print(_table(report["receipts"], ["key", "status", "owner", "attempt", "lease_until",
+                                      "completed"]))
+    print("claims:")
+    print(_table(report["claims"], ["key", "status", "owner", "fence", "digest", "lease_until",
+                                    "consumed"]))
+    return 0
+
+
+def _not_yet(args: argparse.Namespace) -> int:
+    print(f"remit {args.command}: not available in this version; it needs the framework "
+          "adapters, which are still being built.", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="remit", description="Resume means resume.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ins = sub.add_parser("inspect", help="list runs, checkpoints, receipts and claims")
+    ins.add_argument("url", help="store URL, e.g. sqlite:///app.db")
+    ins.add_argument("run", nargs="?", help="a run id: show its checkpoints")
+    ins.add_argument("--json", action="store_true", help="print JSON")
+    ins.add_argument("--limit", type=int, default=50)
+    ins.set_defaults(func=_inspect)
+    for name, text in (("check", "run the resume-contract fault matrix"),
+                       ("migrate", "import runs from a stock persistence layer")):
+        p = sub.add_parser(name, help=text)
+        p.set_defaults(func=_not_yet)
+    args, _ = parser.parse_known_args(argv)
+    try:
+        return int(args.func(args))
+    except RemitError as exc:
+        print(f"remit: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,838 @@
+"""A stateful model test of the Store, on SQLite, PostgreSQL and Redis.
+
+Hypothesis runs random sequences of store operations against :class:`Model`, a
+plain in-memory reference of the store written from the docstrings of
+``remit_core.store.base`` (the decision tables of ``_start_receipt`` and
+``_claim``, the checkpoint semantics of ``put_checkpoint`` and friends), and
+checks after every step that the store and the model agree.
+
+* **Time.** The model has no wall clock. Every lease is either long (60 s: it
+  never expires during an example) or tiny (1 ms); after an operation grants a
+  tiny lease, the machine polls the stored row until ``time.time() > lease_until``
+  (bounded) and from then on the model knows the lease has expired. So every
+  outcome (``busy``/``in_doubt``/``taken_over``, ``held``/``mismatch``) is decided
+  by the model, never by a race with the clock.
+* **Crashes.** ``crash`` abandons the current Store object without closing it
+  and opens a new one on the same URL: every committed record must survive, and
+  the owners of the crashed "process" (generation) are dead: they never start or
+  claim again, their long leases stay busy and their tiny leases are there to be
+  taken over (or found in doubt). Their grants stay in the bundles, so a zombie
+  that wakes up later and writes with its old fence is exercised too (it must be
+  fenced out). On SQLite a crash also abandons an open ``BEGIN IMMEDIATE``
+  transaction (a raw connection that wrote and was closed without commit), or
+  runs a writer process that is SIGKILLed in the middle of a large transaction
+  whose pages spilled into the WAL.
+* **Failed writes.** A validator that raises, or an unserialisable value, must
+  leave the store exactly as it was.
+
+Where the docstrings leave a corner open, the model follows the reference
+backend (``store/sqlite.py``): a (channel, version) blob is insert-if-absent
+(the first value stays); ``copy_run`` into a run that already has a checkpoint
+id keeps the target's checkpoint and blobs and adds the source's missing writes;
+``copy_run`` copies every blob of the source run, referenced or not. A run whose
+checkpoints were all pruned may or may not still be listed by ``list_runs``, and
+``before=`` is only checked when the id names one namespace of the run.
+
+One store URL serves all examples of a test (the conftest fixture), so each
+example starts by deleting every run it can touch and checking that the store
+is then empty.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from remit_core import ConsumeConflict, SerializationError, StateValidationError, open_store
+from remit_core.errors import LeaseLost
+from remit_core.records import Checkpoint, Claim, Receipt
+from remit_core.store import Store
+
+# ------------------------------------------------------------------------------------ pools
+
+RUNS = ("r0", "r1", "r2")
+NSS = ("", "sub:1")
+CIDS = ("c0", "c1", "c2", "c3")
+KINDS = ("step", "fork")
+CHANNELS = ("x", "y")
+VERSIONS = ("1", "2", "3")
+TASKS = ("t0", "t1")
+EXECS = ("e0", "e1")
+RECEIPT_KEYS = {"r0/fx0": "r0", "r0/fx1": "r0", "r1/fx0": "r1"}  # key -> run
+CLAIM_KEYS = {"r0/gate0": "r0", "r1/gate0": "r1", "r1/gate1": "r1"}
+DIGESTS = (None, "d1", "d2")
+OWNERS = 3  # live owners per process generation
+
+LONG = 60.0  # never expires within an example
+TINY = 0.001  # expired before the next step (the machine waits for it)
+EXPIRY_WAIT = 5.0  # bound on that wait
+
+SETTINGS = settings(
+    max_examples=200,
+    stateful_step_count=25,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                           HealthCheck.filter_too_much],
+)
+if os.environ.get("REMIT_MODEL_EXAMPLES"):  # a longer soak: REMIT_MODEL_EXAMPLES=2000
+    SETTINGS = settings(SETTINGS, max_examples=int(os.environ["REMIT_MODEL_EXAMPLES"]))
+
+leaves = (st.none() | st.booleans() | st.integers(-3, 3) | st.text("ab", max_size=2)
+          | st.binary(max_size=2))
+VALUES = st.recursive(
+    leaves,
+    lambda inner: (st.lists(inner, max_size=2) | st.tuples(inner)
+                   | st.dictionaries(st.sampled_from("kl"), inner, max_size=2)),
+    max_leaves=3,
+)
+
+CkKey = tuple[str, str, str]  # (run, ns, checkpoint_id)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality that also requires equal types (True is not 1, a tuple is not a list)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+# ------------------------------------------------------------------------------------ model
+
+
+@dataclass
+class MCheckpoint:
+    parent_id: str | None
+    kind: str
+    execution_id: str | None
+    data: Any
+    metadata: Any
+    versions: dict[str, str]
+    order: int  # model write order: a higher order must have a higher store seq
+    seq: int | None = None  # the store's seq, once observed (it never changes afterwards)
+
+
+@dataclass
+class MReceipt:
+    run_id: str
+    status: str  # started | completed
+    owner: str
+    fence: int
+    attempt: int
+    expired: bool
+    result: Any = None
+
+
+@dataclass
+class MClaim:
+    run_id: str
+    status: str  # claimed | consumed | released
+    owner: str
+    fence: int
+    digest: str | None
+    value: Any
+    expired: bool
+
+
+class Model:
+    """The store as the docstrings of ``remit_core.store.base`` describe it."""
+
+    def __init__(self) -> None:
+        self.checkpoints: dict[CkKey, MCheckpoint] = {}
+        self.blobs: dict[tuple[str, str, str, str], Any] = {}  # (run, ns, channel, version)
+        self.writes: dict[tuple[str, str, str, str, int], tuple[str, Any, str]] = {}
+        self.receipts: dict[str, MReceipt] = {}
+        self.claims: dict[str, MClaim] = {}
+        self.runs: set[str] = set()
+        self.clock = 0
+
+    def _tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    # -------------------------------------------------------------------------- checkpoints
+
+    def rivals(self, run: str, ns: str, cid: str, parent: str | None, kind: str) -> set[str]:
+        """Ids that make an exclusive_child write of ``cid`` conflict."""
+        if parent is None:
+            return set()
+        return {k[2] for k, c in self.checkpoints.items()
+                if k[:2] == (run, ns) and k[2] != cid and c.parent_id == parent
+                and c.kind == kind}
+
+    def put_checkpoint(self, run: str, ns: str, cid: str, *, parent_id: str | None, kind: str,
+                       data: Any, metadata: Any, versions: dict[str, str] | None,
+                       new_values: dict[str, tuple[str, Any]], execution_id: str | None) -> None:
+        all_versions = dict(versions) if versions is not None else {}
+        for channel, (version, _) in new_values.items():
+            all_versions.setdefault(channel, version)
+        for channel, (version, value) in new_values.items():
+            self.blobs.setdefault((run, ns, channel, version), value)  # stored once
+        self.runs.add(run)
+        old = self.checkpoints.get((run, ns, cid))
+        self.checkpoints[(run, ns, cid)] = MCheckpoint(
+            parent_id, kind, execution_id, data, metadata, all_versions,
+            order=old.order if old else self._tick(), seq=old.seq if old else None)
+
+    def values_of(self, key: CkKey) -> dict[str, Any]:
+        run, ns, _ = key
+        versions = self.checkpoints[key].versions
+        return {ch: self.blobs[(run, ns, ch, v)] for ch, v in versions.items()
+                if (run, ns, ch, v) in self.blobs}
+
+    def writes_of(self, key: CkKey) -> list[tuple[str, int, str, Any, str]]:
+        return sorted(((k[3], k[4], *w) for k, w in self.writes.items() if k[:3] == key),
+                      key=lambda w: (w[0], w[1]))
+
+    def newest_first(self, keys: Iterable[CkKey]) -> list[CkKey]:
+        return sorted(keys, key=lambda k: self.checkpoints[k].order, reverse=True)
+
+    def latest(self, run: str, ns: str) -> CkKey | None:
+        keys = self.newest_first(k for k in self.checkpoints if k[:2] == (run, ns))
+        return keys[0] if keys else None
+
+    def listing(self, run: str | None, ns: str | None, before: str | None, limit: int | None,
+                execution_ids: list[str] | None) -> list[CkKey] | None:
+        """Expected ``list_checkpoints`` keys, or None when ``before`` is ambiguous."""
+        keys = [k for k, c in self.checkpoints.items()
+                if (run is None or k[0] == run) and (ns is None or k[1] == ns)
+                and (execution_ids is None or c.execution_id in execution_ids)]
+        if before is not None:
+            named = [k for k in self.checkpoints if k[0] == run and k[2] == before]
+            if not named:
+                return []
+            if len({k[1] for k in named}) > 1:
+                return None
+            bound = self.checkpoints[named[0]].order
+            keys = [k for k in keys if self.checkpoints[k].order < bound]
+        keys = self.newest_first(keys)
+        return keys if limit is None else keys[:limit]
+
+    def put_writes(self, key: CkKey, task_id: str, writes: list[tuple[int, str, Any]],
+                   task_path: str, overwrite: bool) -> None:
+        for idx, channel, value in writes:
+            wkey = (*key, task_id, idx)
+            if overwrite or wkey not in self.writes:
+                self.writes[wkey] = (channel, value, task_path)
+
+    def _drop_orphans(self, run: str) -> None:
+        for wkey in [w for w in self.writes if w[0] == run and w[:3] not in self.checkpoints]:
+            del self.writes[wkey]
+        used = {(k[0], k[1], ch, v) for k, c in self.checkpoints.items() if k[0] == run
+                for ch, v in c.versions.items()}
+        for bkey in [b for b in self.blobs if b[0] == run and b not in used]:
+            del self.blobs[bkey]
+
+    def delete_run(self, run: str) -> None:
+        for table in (self.checkpoints, self.blobs, self.writes):
+            for k in [k for k in table if k[0] == run]:
+                del table[k]
+        for key in [k for k, r in self.receipts.items() if r.run_id == run]:
+            del self.receipts[key]
+        for key in [k for k, c in self.claims.items() if c.run_id == run]:
+            del self.claims[key]
+        self.runs.discard(run)
+
+    def copy_run(self, source: str, target: str) -> None:
+        if source not in self.runs:
+            return
+        self.runs.add(target)
+        for k in self.newest_first(k for k in self.checkpoints if k[0] == source)[::-1]:
+            dst = (target, k[1], k[2])
+            if dst not in self.checkpoints:
+                c = self.checkpoints[k]
+                self.checkpoints[dst] = MCheckpoint(
+                    c.parent_id, c.kind, c.execution_id, c.data, c.metadata, dict(c.versions),
+                    order=self._tick())
+        for b in [b for b in self.blobs if b[0] == source]:
+            self.blobs.setdefault((target, *b[1:]), self.blobs[b])
+        for w in [w for w in self.writes if w[0] == source]:
+            self.writes.setdefault((target, *w[1:]), self.writes[w])
+
+    def prune_run(self, run: str, keep: int) -> None:
+        for ns in {k[1] for k in self.checkpoints if k[0] == run}:
+            for k in self.newest_first(k for k in self.checkpoints if k[:2] == (run, ns))[keep:]:
+                del self.checkpoints[k]
+        self._drop_orphans(run)
+
+    def delete_executions(self, execution_ids: list[str]) -> None:
+        gone = [k for k, c in self.checkpoints.items() if c.execution_id in execution_ids]
+        for k in gone:
+            del self.checkpoints[k]
+        for run in {k[0] for k in gone}:
+            self._drop_orphans(run)
+
+    def usage(self) -> dict[str, int]:
+        return {"checkpoints": len(self.checkpoints), "blobs": len(self.blobs),
+                "writes": len(self.writes), "receipts": len(self.receipts),
+                "claims": len(self.claims)}
+
+    # ------------------------------------------------------------------------------ receipts
+
+    def start_receipt(self, key: str, owner: str, expired: bool, may_take_over: bool
+                      ) -> tuple[str, bool]:
+        """The ``_start_receipt`` decision table: (outcome, whether a lease was written)."""
+        r = self.receipts.get(key)
+        if r is None:
+            self.receipts[key] = MReceipt(RECEIPT_KEYS[key], "started", owner, 1, 1, expired)
+            return "run", True
+        if r.status == "completed":
+            return "done", False
+        if r.owner == owner:
+            return "run", False
+        if not r.expired:
+            return "busy", False
+        if not may_take_over:
+            return "in_doubt", False
+        r.owner, r.fence, r.attempt, r.expired = owner, r.fence + 1, r.attempt + 1, expired
+        return "taken_over", True
+
+    def _owned_receipt(self, key: str, owner: str, fence: int) -> MReceipt | None:
+        r = self.receipts.get(key)
+        return r if r is not None and r.owner == owner and r.fence == fence else None
+
+    def complete_receipt(self, key: str, owner: str, fence: int, result: Any) -> bool:
+        r = self._owned_receipt(key, owner, fence)
+        if r is None:
+            return False
+        r.status, r.result = "completed", result
+        return True
+
+    def release_receipt(self, key: str, owner: str, fence: int) -> bool:
+        r = self._owned_receipt(key, owner, fence)
+        if r is None or r.status != "started":
+            return False
+        del self.receipts[key]
+        return True
+
+    def renew_receipt(self, key: str, owner: str, fence: int, expired: bool) -> bool:
+        r = self._owned_receipt(key, owner, fence)
+        if r is None or r.status != "started":
+            return False
+        r.expired = expired
+        return True
+
+    # -------------------------------------------------------------------------------- claims
+
+    def claim(self, key: str, owner: str, expired: bool, digest: str | None, value: Any
+              ) -> tuple[str, bool]:
+        """The ``_claim`` decision table: (outcome, whether a lease was written)."""
+        c = self.claims.get(key)
+        if c is None:
+            self.claims[key] = MClaim(CLAIM_KEYS[key], "claimed", owner, 1, digest, value, expired)
+            return "won", True
+        if c.status == "consumed":
+            return "consumed", False
+        if c.status == "released":
+            c.status, c.owner, c.fence = "claimed", owner, c.fence + 1
+            c.digest, c.value, c.expired = digest, value, expired
+            return "won", True
+        if c.owner == owner:
+            return "reentered", False
+        if not c.expired:
+            return "held", False
+        if digest is not None and c.digest is not None and digest != c.digest:
+            return "mismatch", False
+        c.owner, c.fence, c.expired = owner, c.fence + 1, expired
+        return "taken_over", True
+
+    def _owned_claim(self, key: str, owner: str, fence: int) -> MClaim | None:
+        c = self.claims.get(key)
+        return c if c is not None and c.owner == owner and c.fence == fence else None
+
+    def consume_claim(self, key: str, owner: str, fence: int, digest: str | None) -> bool:
+        c = self._owned_claim(key, owner, fence)
+        if c is None or c.status == "released":
+            return False
+        if c.status == "claimed":
+            c.status = "consumed"
+            if digest is not None:
+                c.digest = digest
+        return True  # claimed now, or already consumed by this owner and fence (a retry)
+
+    def release_claim(self, key: str, owner: str, fence: int) -> bool:
+        c = self._owned_claim(key, owner, fence)
+        if c is None or c.status != "claimed":
+            return False
+        c.status = "released"
+        return True
+
+    def renew_claim(self, key: str, owner: str, fence: int, expired: bool) -> bool:
+        c = self._owned_claim(key, owner, fence)
+        if c is None or c.status != "claimed":
+            return False
+        c.expired = expired
+        return True
+
+
+# ------------------------------------------------------------------------- crash helpers
+
+# A writer process killed (SIGKILL) in the middle of a large transaction: with a tiny page
+# cache its dirty pages spill into the WAL before the commit that never comes.
+KILLED_WRITER = r"""
+import os, signal, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+conn.execute("PRAGMA cache_size=1")
+conn.execute("BEGIN IMMEDIATE")
+for table in ("remit_checkpoints", "remit_blobs", "remit_writes", "remit_receipts",
+              "remit_claims"):
+    conn.execute(f"DELETE FROM {table}")
+conn.executemany("INSERT INTO remit_blobs VALUES ('r0', '', ?, '1', ?)",
+                 [(f"junk{i}", b"j" * 4096) for i in range(300)])
+conn.execute("UPDATE remit_runs SET updated_at = 0")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def abandon_open_transaction(path: str) -> None:
+    """A connection that began a write transaction, wrote, and went away uncommitted."""
+    raw = sqlite3.connect(path, isolation_level=None, timeout=30)
+    raw.execute("BEGIN IMMEDIATE")
+    raw.execute("DELETE FROM remit_checkpoints WHERE seq % 2 = 0")
+    raw.execute("UPDATE remit_claims SET status = 'consumed', owner = 'ghost'")
+    raw.execute("UPDATE remit_receipts SET status = 'completed', owner = 'ghost'")
+    raw.execute("INSERT INTO remit_writes VALUES ('r0', '', 'c0', 'ghost', 0, 'x', x'00', '')")
+    raw.close()  # no COMMIT: rolled back
+
+
+def kill_writer_mid_transaction(path: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, path], capture_output=True,
+                          timeout=60, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+
+
+# ---------------------------------------------------------------------------------- machine
+
+
+class StoreMachine(RuleBasedStateMachine):
+    """One store (one URL) against one :class:`Model`, with crashes in between."""
+
+    receipt_grants = Bundle("receipt_grants")  # (key, owner, fence) ever granted
+    claim_grants = Bundle("claim_grants")
+
+    def __init__(self, url: str, backend: str) -> None:
+        super().__init__()
+        self.url = url
+        self.backend = backend
+        self.model = Model()
+        self.gen = 0  # process generation; its owners die at the next crash
+        self.max_seq = 0
+        self.graveyard: list[Store] = []
+        self.store = open_store(url)
+        for run in RUNS:  # the store is shared by the examples of one test
+            self.store.delete_run(run)
+        leftover = self.store.usage()
+        assert all(v == 0 for v in leftover.values()), f"delete_run left {leftover}"
+
+    def teardown(self) -> None:
+        for s in [self.store, *self.graveyard]:
+            s.close()
+
+    def owner(self, who: int) -> str:
+        return f"p{self.gen}-o{who}"
+
+    # ----------------------------------------------------------------------- comparisons
+
+    def see_seq(self, key: CkKey, seq: int) -> None:
+        m = self.model.checkpoints[key]
+        if m.seq is None:
+            assert seq > self.max_seq, f"{key}: new seq {seq} not above {self.max_seq}"
+            m.seq = seq
+        assert seq == m.seq, f"{key}: seq changed from {m.seq} to {seq}"
+        self.max_seq = max(self.max_seq, seq)
+
+    def check_checkpoint(self, got: Checkpoint, key: CkKey, with_writes: bool) -> None:
+        m = self.model.checkpoints[key]
+        assert (got.run_id, got.ns, got.checkpoint_id) == key
+        assert (got.parent_id, got.kind, got.execution_id) == (m.parent_id, m.kind,
+                                                               m.execution_id), key
+        assert same(got.data, m.data) and same(got.metadata, m.metadata), (key, got, m)
+        assert got.versions == m.versions, (key, got.versions, m.versions)
+        want = self.model.values_of(key)
+        assert same(got.values, want), (key, got.values, want)
+        writes = [(w.task_id, w.idx, w.channel, w.value, w.task_path) for w in got.writes]
+        want_w = self.model.writes_of(key) if with_writes else []
+        assert same(writes, want_w), (key, writes, want_w)
+        self.see_seq(key, got.seq)
+
+    def check_receipt(self, got: Receipt) -> None:
+        m = self.model.receipts[got.key]
+        assert (got.run_id, got.step, got.name, got.ordinal) == (m.run_id, "s", got.key, 0)
+        assert (got.status, got.owner, got.fence, got.attempt) == (
+            m.status, m.owner, m.fence, m.attempt), (got, m)
+        if m.status == "completed":
+            assert same(got.result, m.result) and got.completed_at is not None, (got, m)
+        else:
+            assert got.result is None and got.completed_at is None, got
+            now = time.time()
+            assert (got.lease_until < now) if m.expired else (got.lease_until > now), (got, m)
+
+    def check_claim(self, got: Claim) -> None:
+        m = self.model.claims[got.key]
+        assert (got.run_id, got.status, got.owner, got.fence, got.digest) == (
+            m.run_id, m.status, m.owner, m.fence, m.digest), (got, m)
+        assert same(got.value, m.value), (got, m)
+        assert (got.consumed_at is not None) == (m.status == "consumed"), (got, m)
+        if m.status == "claimed":
+            now = time.time()
+            assert (got.lease_until < now) if m.expired else (got.lease_until > now), (got, m)
+
+    def await_expiry(self, read_lease_until: Callable[[], float]) -> None:
+        """Poll the stored row until its tiny lease is over (a time condition, bounded)."""
+        deadline = time.monotonic() + EXPIRY_WAIT
+        while not time.time() > read_lease_until():
+            assert time.monotonic() < deadline, "a 1 ms lease did not expire within 5 s"
+            time.sleep(0.0005)
+
+    def receipt_lease(self, key: str) -> float:
+        r = self.store.get_receipt(key)
+        assert r is not None
+        return r.lease_until
+
+    def claim_lease(self, key: str) -> float:
+        c = self.store.get_claim(key)
+        assert c is not None
+        return c.lease_until
+
+    # ----------------------------------------------------------------------- checkpoints
+
+    @rule(run=st.sampled_from(RUNS), ns=st.sampled_from(NSS), cid=st.sampled_from(CIDS),
+          parent=st.none() | st.sampled_from(CIDS), kind=st.sampled_from(KINDS),
+          data=VALUES, metadata=VALUES,
+          versions=st.none() | st.dictionaries(st.sampled_from(CHANNELS),
+                                               st.sampled_from(VERSIONS), max_size=2),
+          new_values=st.dictionaries(st.sampled_from(CHANNELS),
+                                     st.tuples(st.sampled_from(VERSIONS), VALUES), max_size=2),
+          execution_id=st.none() | st.sampled_from(EXECS), exclusive=st.booleans())
+    def put_checkpoint(self, run: str, ns: str, cid: str, parent: str | None, kind: str,
+                       data: Any, metadata: Any, versions: dict[str, str] | None,
+                       new_values: dict[str, tuple[str, Any]], execution_id: str | None,
+                       exclusive: bool) -> None:
+        def put() -> Checkpoint:
+            return self.store.put_checkpoint(
+                run, cid, ns=ns, parent_id=parent, kind=kind, data=data, metadata=metadata,
+                versions=versions, new_values=new_values, execution_id=execution_id,
+                exclusive_child=exclusive)
+
+        rivals = self.model.rivals(run, ns, cid, parent, kind) if exclusive else set()
+        if rivals:
+            with pytest.raises(ConsumeConflict) as info:
+                put()
+            assert info.value.owner in rivals and info.value.run_id == run, info.value
+            return
+        got = put()
+        self.model.put_checkpoint(run, ns, cid, parent_id=parent, kind=kind, data=data,
+                                  metadata=metadata, versions=versions, new_values=new_values,
+                                  execution_id=execution_id)
+        assert got.checkpoint_id == cid and got.versions == self.model.checkpoints[
+            (run, ns, cid)].versions
+        self.see_seq((run, ns, cid), got.seq)
+
+    @precondition(lambda self: self.model.checkpoints)
+    @rule(draw=st.data(), task_id=st.sampled_from(TASKS),
+          writes=st.lists(st.tuples(st.integers(-3, 2),
+                                    st.sampled_from((*CHANNELS, "__resume__")), VALUES),
+                          max_size=3, unique_by=lambda w: w[0]),
+          task_path=st.sampled_from(("", "p")), overwrite=st.booleans())
+    def put_writes(self, draw: st.DataObject, task_id: str, writes: list[tuple[int, str, Any]],
+                   task_path: str, overwrite: bool) -> None:
+        key = draw.draw(st.sampled_from(sorted(self.model.checkpoints)), label="checkpoint")
+        run, ns, cid = key
+        self.store.put_writes(run, cid, task_id, writes, ns=ns, task_path=task_path,
+                              overwrite=overwrite)
+        self.model.put_writes(key, task_id, writes, task_path, overwrite)
+
+    @rule(run=st.sampled_from(RUNS), ns=st.sampled_from(NSS),
+          cid=st.none() | st.sampled_from(CIDS), with_writes=st.booleans())
+    def get_checkpoint(self, run: str, ns: str, cid: str | None, with_writes: bool) -> None:
+        got = self.store.get_checkpoint(run, cid, ns=ns, with_writes=with_writes)
+        key = self.model.latest(run, ns) if cid is None else (run, ns, cid)
+        if key is None or key not in self.model.checkpoints:
+            assert got is None, got
+        else:
+            assert got is not None, key
+            self.check_checkpoint(got, key, with_writes)
+
+    @rule(run=st.none() | st.sampled_from(RUNS), ns=st.none() | st.sampled_from(NSS),
+          before=st.none() | st.sampled_from(CIDS), limit=st.none() | st.integers(0, 3),
+          execution_ids=st.none() | st.lists(st.sampled_from(EXECS), min_size=1, unique=True),
+          with_writes=st.booleans())
+    def list_checkpoints(self, run: str | None, ns: str | None, before: str | None,
+                         limit: int | None, execution_ids: list[str] | None,
+                         with_writes: bool) -> None:
+        if run is None:
+            before = None  # ``before`` names a checkpoint of ``run_id``
+        want = self.model.listing(run, ns, before, limit, execution_ids)
+        got = list(self.store.list_checkpoints(run, ns=ns, before=before, limit=limit,
+                                               execution_ids=execution_ids,
+                                               with_writes=with_writes))
+        if want is None:
+            return  # ``before`` names checkpoints in several namespaces of the run
+        assert [(c.run_id, c.ns, c.checkpoint_id) for c in got] == want
+        for c in got:
+            self.check_checkpoint(c, (c.run_id, c.ns, c.checkpoint_id), with_writes)
+
+    @rule(run=st.sampled_from(RUNS))
+    def delete_run(self, run: str) -> None:
+        self.store.delete_run(run)
+        self.model.delete_run(run)
+
+    @rule(pair=st.permutations(RUNS).map(lambda p: p[:2]))
+    def copy_run(self, pair: tuple[str, str]) -> None:
+        self.store.copy_run(*pair)
+        self.model.copy_run(*pair)
+
+    @rule(run=st.sampled_from(RUNS), keep=st.integers(0, 2))
+    def prune_run(self, run: str, keep: int) -> None:
+        self.store.prune_run(run, keep_latest=keep)
+        self.model.prune_run(run, keep)
+
+    @rule(execution_ids=st.lists(st.sampled_from(EXECS), min_size=1, unique=True))
+    def delete_executions(self, execution_ids: list[str]) -> None:
+        self.store.delete_executions(execution_ids)
+        self.model.delete_executions(execution_ids)
+
+    @rule(limit=st.none() | st.integers(1, 3))
+    def list_runs(self, limit: int | None) -> None:
+        infos = self.store.list_runs(limit=limit)
+        runs = {r.run_id: r for r in infos}
+        assert len(runs) == len(infos) and set(runs) <= set(RUNS), infos
+        if limit is not None:
+            assert len(infos) <= limit
+            return
+        for run in RUNS:
+            keys = self.model.newest_first(k for k in self.model.checkpoints if k[0] == run)
+            info = runs.get(run)
+            if keys:
+                assert info is not None, run
+                latest = keys[0]
+                assert (info.checkpoints, info.latest_checkpoint_id, info.latest_kind) == (
+                    len(keys), latest[2], self.model.checkpoints[latest].kind), info
+            elif info is not None:  # all pruned: the run may stay listed, empty
+                assert run in self.model.runs, info
+                assert (info.checkpoints, info.latest_checkpoint_id) == (0, None), info
+
+    # -------------------------------------------------------- failed writes write nothing
+
+    @rule(run=st.sampled_from(RUNS), ns=st.sampled_from(NSS), cid=st.sampled_from(CIDS),
+          how=st.sampled_from(("validate-checkpoint", "serialize-checkpoint",
+                               "validate-writes", "serialize-writes")))
+    def failed_write(self, run: str, ns: str, cid: str, how: str) -> None:
+        def refuse() -> None:
+            raise StateValidationError("refused by the test", run_id=run, step=cid, field="x")
+
+        if how == "validate-checkpoint":
+            with pytest.raises(StateValidationError):
+                self.store.put_checkpoint(run, cid, ns=ns, new_values={"x": ("9", 1)},
+                                          validate=refuse)
+        elif how == "serialize-checkpoint":
+            with pytest.raises(SerializationError):
+                self.store.put_checkpoint(run, cid, ns=ns, data={"ok": 1},
+                                          new_values={"x": ("9", 1), "y": ("9", [object()])})
+        elif how == "validate-writes":
+            with pytest.raises(StateValidationError):
+                self.store.put_writes(run, cid, "t0", [(0, "x", 1)], ns=ns, overwrite=True,
+                                      validate=refuse)
+        else:
+            with pytest.raises(SerializationError):
+                self.store.put_writes(run, cid, "t0", [(0, "x", 1), (1, "y", object())],
+                                      ns=ns, overwrite=True)
+
+    # ---------------------------------------------------------------------------- crashes
+
+    @rule(how=st.sampled_from(("drop", "open-transaction", "killed-writer")))
+    def crash(self, how: str) -> None:
+        """The process dies: its Store is abandoned unclosed, a new one opens the URL."""
+        self.graveyard.append(self.store)  # closed only at teardown (resource hygiene)
+        path = getattr(self.store, "path", None)
+        if self.backend == "sqlite" and path is not None:
+            if how == "open-transaction":
+                abandon_open_transaction(path)
+            elif how == "killed-writer":
+                kill_writer_mid_transaction(path)
+        self.gen += 1  # every owner of the old process is dead from now on
+        self.store = open_store(self.url)
+
+    # --------------------------------------------------------------------------- receipts
+
+    @rule(target=receipt_grants, key=st.sampled_from(sorted(RECEIPT_KEYS)),
+          who=st.integers(0, OWNERS - 1), take=st.booleans(), tiny=st.booleans())
+    def start_receipt(self, key: str, who: int, take: bool, tiny: bool) -> Any:
+        owner = self.owner(who)
+        got = self.store.start_receipt(key, run_id=RECEIPT_KEYS[key], step="s", name=key,
+                                       ordinal=0, owner=owner, may_take_over=take,
+                                       lease=TINY if tiny else LONG)
+        outcome, leased = self.model.start_receipt(key, owner, tiny, take)
+        assert got.outcome == outcome, (got, self.model.receipts.get(key))
+        if leased and tiny:
+            self.await_expiry(lambda: self.receipt_lease(key))
+        self.check_receipt(got.receipt)
+        if outcome in ("run", "taken_over"):
+            return multiple((key, owner, got.receipt.fence))
+        return multiple()
+
+    @rule(grant=receipt_grants)
+    def complete_receipt(self, grant: tuple[str, str, int]) -> None:
+        key, owner, fence = grant
+        result = {"by": owner, "fence": fence}  # one result per grant: a retry repeats it
+        if self.model.complete_receipt(key, owner, fence, result):
+            self.store.complete_receipt(key, owner=owner, fence=fence, result=result)
+        else:
+            with pytest.raises(LeaseLost):
+                self.store.complete_receipt(key, owner=owner, fence=fence, result=result)
+
+    @rule(grant=receipt_grants)
+    def release_receipt(self, grant: tuple[str, str, int]) -> None:
+        key, owner, fence = grant
+        self.store.release_receipt(key, owner=owner, fence=fence)
+        self.model.release_receipt(key, owner, fence)
+
+    @rule(grant=receipt_grants, tiny=st.booleans())
+    def renew_receipt(self, grant: tuple[str, str, int], tiny: bool) -> None:
+        key, owner, fence = grant
+        ok = self.store.renew_receipt(key, owner=owner, fence=fence, lease=TINY if tiny else LONG)
+        assert ok == self.model.renew_receipt(key, owner, fence, tiny), grant
+        if ok and tiny:
+            self.await_expiry(lambda: self.receipt_lease(key))
+
+    @rule(key=st.sampled_from(sorted(RECEIPT_KEYS)))
+    def reset_receipt(self, key: str) -> None:
+        self.store.reset_receipt(key)
+        self.model.receipts.pop(key, None)
+
+    # ----------------------------------------------------------------------------- claims
+
+    @rule(target=claim_grants, key=st.sampled_from(sorted(CLAIM_KEYS)),
+          who=st.integers(0, OWNERS - 1), digest=st.sampled_from(DIGESTS),
+          value=st.none() | VALUES, tiny=st.booleans())
+    def claim_once(self, key: str, who: int, digest: str | None, value: Any, tiny: bool) -> Any:
+        owner = self.owner(who)
+        before = self.model.claims.get(key)
+        outcome, leased = self.model.claim(key, owner, tiny, digest, value)
+
+        def claim() -> Claim:
+            return self.store.claim_once(key, run_id=CLAIM_KEYS[key], owner=owner, digest=digest,
+                                         value=value, lease=TINY if tiny else LONG)
+
+        if outcome in ("held", "consumed", "mismatch"):
+            with pytest.raises(ConsumeConflict) as info:
+                claim()
+            m = self.model.claims[key]
+            assert (info.value.status, info.value.owner) == (m.status, m.owner), (outcome, m)
+            assert (info.value.consumed_at is not None) == (outcome == "consumed")
+            if outcome == "mismatch":
+                assert "another value" in str(info.value)
+            return multiple()
+        got = claim()
+        assert got.taken_over == (outcome == "taken_over"), (outcome, got, before)
+        if leased and tiny:
+            self.await_expiry(lambda: self.claim_lease(key))
+        self.check_claim(got)
+        return multiple((key, owner, got.fence))
+
+    @rule(grant=claim_grants, digest=st.sampled_from(DIGESTS))
+    def consume_claim(self, grant: tuple[str, str, int], digest: str | None) -> None:
+        key, owner, fence = grant
+        if self.model.consume_claim(key, owner, fence, digest):
+            self.check_claim(self.store.consume_claim(key, owner=owner, fence=fence,
+                                                      digest=digest))
+        else:
+            with pytest.raises(LeaseLost):
+                self.store.consume_claim(key, owner=owner, fence=fence, digest=digest)
+
+    @rule(grant=claim_grants)
+    def release_claim(self, grant: tuple[str, str, int]) -> None:
+        key, owner, fence = grant
+        assert self.store.release_claim(key, owner=owner, fence=fence) == \
+            self.model.release_claim(key, owner, fence), grant
+
+    @rule(grant=claim_grants, tiny=st.booleans())
+    def renew_claim(self, grant: tuple[str, str, int], tiny: bool) -> None:
+        key, owner, fence = grant
+        ok = self.store.renew_claim(key, owner=owner, fence=fence, lease=TINY if tiny else LONG)
+        assert ok == self.model.renew_claim(key, owner, fence, tiny), grant
+        if ok and tiny:
+            self.await_expiry(lambda: self.claim_lease(key))
+
+    # ------------------------------------------------------------------------- invariants
+
+    @invariant()
+    def every_checkpoint_matches(self) -> None:
+        got = list(self.store.list_checkpoints(with_writes=False))
+        keys = [(c.run_id, c.ns, c.checkpoint_id) for c in got]
+        assert keys == self.model.newest_first(self.model.checkpoints), keys
+        for c, key in zip(got, keys, strict=True):
+            self.check_checkpoint(c, key, with_writes=False)
+
+    @invariant()
+    def latest_per_run_and_ns_matches(self) -> None:
+        for run in RUNS:
+            for ns in NSS:
+                got = self.store.get_checkpoint(run, ns=ns)
+                key = self.model.latest(run, ns)
+                if key is None:
+                    assert got is None, got
+                else:
+                    assert got is not None, key
+                    self.check_checkpoint(got, key, with_writes=True)
+
+    @invariant()
+    def every_receipt_matches(self) -> None:
+        got = {r.key: r for r in self.store.list_receipts()}
+        assert set(got) == set(self.model.receipts), (sorted(got), sorted(self.model.receipts))
+        for r in got.values():
+            self.check_receipt(r)
+
+    @invariant()
+    def every_claim_matches(self) -> None:
+        got = {c.key: c for c in self.store.list_claims()}
+        assert set(got) == set(self.model.claims), (sorted(got), sorted(self.model.claims))
+        for c in got.values():
+            self.check_claim(c)
+
+    @invariant()
+    def usage_matches(self) -> None:
+        got = self.store.usage()
+        got.pop("blob_bytes")
+        assert got == self.model.usage(), (got, self.model.usage())
+
+
+def test_store_matches_model(backend: str, store_url: str) -> None:
+    run_state_machine_as_test(lambda: StoreMachine(store_url, backend), settings=SETTINGS)
+
+
+def test_model_decision_tables() -> None:
+    """The model itself follows the decision tables (a direct check, no store)."""
+    model = Model()
+    assert model.start_receipt("r0/fx0", "a", True, False) == ("run", True)
+    assert model.start_receipt("r0/fx0", "b", False, False) == ("in_doubt", False)
+    assert model.start_receipt("r0/fx0", "b", False, True) == ("taken_over", True)
+    assert model.start_receipt("r0/fx0", "a", False, True) == ("busy", False)
+    assert not model.complete_receipt("r0/fx0", "a", 1, "late")
+    assert model.claim("r0/gate0", "a", True, "d1", 1) == ("won", True)
+    assert model.claim("r0/gate0", "b", False, "d2", 2) == ("mismatch", False)
+    assert model.claim("r0/gate0", "b", False, None, None) == ("taken_over", True)
+    assert model.claims["r0/gate0"].value == 1 and model.claims["r0/gate0"].fence == 2

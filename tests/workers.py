@@ -1,0 +1,170 @@
+"""Code that runs in child OS processes for the race and crash tests.
+
+Children are started with the ``spawn`` method (a fresh interpreter each), are
+released together by a ``multiprocessing.Barrier``, and report back through
+queues or pipes. A child that must die at a chosen point tells the parent it
+reached the point and then blocks on a pipe; the parent SIGKILLs it there.
+No sleeps are used for synchronisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from remit_core import ConsumeConflict, EffectInDoubt, effect, effect_scope, open_store
+from remit_core.store import new_owner
+
+
+def _ledger_append(path: str, line: str) -> None:
+    """The oracle: every real call of an effect body appends one line (O_APPEND is atomic)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def claim_racer(url: str, rounds: int, barrier: Any, results: Any, broken: bool) -> None:
+    """Claim key ``round-i`` once per round, released with the others by the barrier.
+
+    ``broken`` switches the protection off (a check-then-act claim across two
+    operations), to show that the test can fail.
+    """
+    store = open_store(url)
+    try:
+        for i in range(rounds):
+            key = f"round-{i}"
+            owner = new_owner()
+            barrier.wait()
+            try:
+                if broken:
+                    # protection off: decide by a read, then write unconditionally
+                    if store.get_claim(key) is not None:
+                        raise ConsumeConflict("taken", key=key, owner=None)
+                    with contextlib.suppress(ConsumeConflict):
+                        store.claim_once(key, run_id="race", owner=owner, lease=60.0)
+                else:
+                    store.claim_once(key, run_id="race", owner=owner, lease=60.0)
+                results.put((i, os.getpid(), "won", owner))
+            except ConsumeConflict as exc:
+                results.put((i, os.getpid(), "conflict", exc.owner))
+    finally:
+        store.close()
+
+
+def effect_racer(url: str, ledger: str, rounds: int, barrier: Any, results: Any) -> None:
+    """Call one effect key per round at the same moment as the other racers."""
+    store = open_store(url, lease=10.0)
+
+    @effect(name="charge")
+    def charge(round_no: int, *, idempotency_key: str) -> dict[str, Any]:
+        _ledger_append(ledger, f"{round_no} {os.getpid()} {idempotency_key}")
+        return {"txn": f"txn-{round_no}-{os.getpid()}", "key": idempotency_key}
+
+    broken = os.environ.get("REMIT_TEST_BREAK") == "effects"
+    try:
+        for i in range(rounds):
+            barrier.wait()
+            if broken:  # protection off: no scope, so no receipt
+                results.put((i, os.getpid(), charge(i, idempotency_key=f"race|step-{i}")))
+                continue
+            with effect_scope(store, "race", f"step-{i}"):
+                results.put((i, os.getpid(), charge(i)))
+    finally:
+        store.close()
+
+
+def die_holding_claim(url: str, key: str, value: Any, conn: Connection) -> None:
+    """Claim ``key`` with ``value``, report, then block until SIGKILLed."""
+    store = open_store(url)
+    claim = store.claim_once(key, run_id="lv", owner=new_owner(), digest="d-" + str(value),
+                             value=value, lease=1.0)
+    conn.send(("claimed", claim.owner, claim.fence))
+    conn.recv()  # blocks: the parent kills us here
+
+
+def die_inside_effect(url: str, ledger: str, with_key: bool, conn: Connection) -> None:
+    """Start an effect (the external call happens), report, then block until SIGKILLed."""
+    store = open_store(url, lease=1.0)
+
+    if with_key:
+        @effect(name="pay")
+        def pay(*, idempotency_key: str) -> str:
+            _ledger_append(ledger, f"call {idempotency_key}")
+            conn.send(("inside", idempotency_key))
+            conn.recv()  # the process dies after the external call, before the receipt
+            return "never"
+
+        target: Any = pay
+    else:
+        @effect(name="pay")
+        def pay_no_key() -> str:
+            _ledger_append(ledger, "call")
+            conn.send(("inside", None))
+            conn.recv()
+            return "never"
+
+        target = pay_no_key
+
+    with effect_scope(store, "lv", "step"):
+        target()
+
+
+def recover_effect(url: str, ledger: str, with_key: bool) -> tuple[str, Any]:
+    """In a fresh process: call the same effect after the owner died."""
+    store = open_store(url, lease=1.0)
+
+    @effect(name="pay")
+    def pay(*, idempotency_key: str) -> str:
+        _ledger_append(ledger, f"call {idempotency_key}")
+        return f"paid:{idempotency_key}"
+
+    @effect(name="pay")
+    def pay_no_key() -> str:
+        _ledger_append(ledger, "call")
+        return "paid"
+
+    try:
+        with effect_scope(store, "lv", "step"):
+            return ("ok", pay() if with_key else pay_no_key())
+    except EffectInDoubt as exc:
+        return ("in_doubt", {"key": exc.key, "owner": exc.owner})
+    finally:
+        store.close()
+
+
+def writer_until_killed(url: str, conn: Connection, payload_size: int) -> None:
+    """Write checkpoints and writes in a loop, reporting each committed index."""
+    store = open_store(url)
+    broken = os.environ.get("REMIT_TEST_BREAK") == "atomic-write"
+    parent = None
+    i = 0
+    while True:
+        cid = f"c{i:06d}"
+        values = {"blob": (str(i), expected_payload(i, payload_size)), "i": (str(i), i)}
+        if broken:  # protection off: the checkpoint and its values in two transactions
+            store.put_checkpoint("w", cid, parent_id=parent, metadata={"i": i},
+                                 versions={k: v for k, (v, _) in values.items()})
+            conn.send(("checkpoint-only", i))
+        store.put_checkpoint("w", cid, parent_id=parent, metadata={"i": i}, new_values=values)
+        store.put_writes("w", cid, "task", [(0, "note", f"n{i}"), (1, "blob", bytes([i % 256]))])
+        conn.send(i)
+        parent = cid
+        i += 1
+
+
+def expected_payload(i: int, size: int) -> bytes:
+    return (f"{i:08d}".encode() * (size // 8 + 1))[:size]
+
+
+def spin_until(predicate: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.01)
