@@ -3,7 +3,7 @@
 Format: one version byte (``0x01``) followed by a msgpack document. Types that
 msgpack has no word for travel as msgpack *ext* records with a small integer
 tag (datetime, UUID, Decimal, tuple, set, pydantic models, dataclasses, enums,
-...). msgpack was chosen over JSON because bytes stay bytes (no base64 for a
+...). A ``bytearray`` reads back as ``bytes``. msgpack was chosen over JSON because bytes stay bytes (no base64 for a
 1 MB blob) and because encoding is 2-4x faster on the state shapes the
 adapters store (``benchmarks/serde_formats.py`` measures both).
 
@@ -53,7 +53,7 @@ _MODEL = 10
 _DATACLASS = 11
 _ENUM = 12
 _BIGINT = 13
-_BYTEARRAY = 14
+_BYTEARRAY = 14  # reserved: msgpack stores a bytearray as bytes
 _NAMEDTUPLE = 15
 _REGISTERED = 16
 
@@ -140,8 +140,6 @@ class Serde:
             return ext(_SET, self._pack(list(obj)))
         if t is frozenset:
             return ext(_FROZENSET, self._pack(list(obj)))
-        if t is bytearray:
-            return ext(_BYTEARRAY, bytes(obj))
         if t is int:  # only reached when out of msgpack's 64-bit range
             return ext(_BIGINT, str(obj).encode())
         if isinstance(obj, BaseModel):
@@ -208,8 +206,6 @@ class Serde:
             return set(self._unpack(payload, record))
         if code == _FROZENSET:
             return frozenset(self._unpack(payload, record))
-        if code == _BYTEARRAY:
-            return bytearray(payload)
         if code == _BIGINT:
             return int(payload.decode())
         if code == _REGISTERED:

@@ -218,7 +218,8 @@ class SqliteStore(Store):
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"cannot open {self.url!r}: {exc}", url=self.url) from exc
+            hint = " Is it a SQLite database file?" if isinstance(exc, sqlite3.DatabaseError) else ""
+            raise StoreUnavailable(f"cannot open {self.url!r}: {exc}.{hint}", url=self.url) from exc
         with self._all_lock:
             self._all.append(conn)
         return conn

@@ -1,0 +1,131 @@
+"""The typed envelope: round trips, write-time errors, corrupt bytes, canonical digests."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import sys
+import types
+import uuid
+from typing import Any, NamedTuple
+
+import pytest
+from pydantic import BaseModel
+
+from remit_core import CorruptRecord, SerializationError, derive_id
+from remit_core.serde import Serde, decode, digest, encode
+from tests.test_store import RICH, Point
+
+
+class Pair(NamedTuple):
+    a: int
+    b: str
+
+
+class Nested(BaseModel):
+    when: dt.datetime
+    inner: list[Point] = []
+
+
+@pytest.mark.parametrize("value", [
+    None, True, 0, -1, 2**64 - 1, 2**64, -(2**63) - 1, 1.25, "", "ü", b"", b"\x00",
+    [], {}, (), (1,), {1}, frozenset(), Pair(1, "x"),
+    dt.time(1, 2, 3), dt.datetime(2026, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+    Nested(when=dt.datetime(2026, 5, 5), inner=[Point(1, 2.0)]), RICH,
+])
+def test_round_trip(value: Any) -> None:
+    out = decode(encode(value))
+    assert out == value and type(out) is type(value)
+
+
+def test_bytearray_reads_back_as_bytes() -> None:
+    assert decode(encode(bytearray(b"ab"))) == b"ab"
+
+
+def test_unsupported_type_fails_at_write_with_path() -> None:
+    class Opaque:
+        pass
+
+    with pytest.raises(SerializationError) as info:
+        encode({"a": [1, {"b": Opaque()}]}, record="state of run 'r'")
+    err = info.value
+    assert err.path == "$.a[1].b" and err.type_name == "Opaque"
+    assert "state of run 'r'" in str(err) and "pickle" in str(err)
+    with pytest.raises(SerializationError):
+        encode(lambda: 1)
+    with pytest.raises(SerializationError):
+        digest({"x": object()})
+
+
+def test_corrupt_bytes_name_the_record() -> None:
+    good = encode({"x": 1})
+    for bad in (b"", b"\x02" + good[1:], good[:-1], b"\x01\xc1"):
+        with pytest.raises(CorruptRecord) as info:
+            decode(bad, record="checkpoint 'c7' of run 'r'")
+        assert info.value.record == "checkpoint 'c7' of run 'r'"
+
+
+def test_decoding_never_imports_a_module() -> None:
+    mod = types.ModuleType("remit_test_transient_mod")
+
+    @dataclasses.dataclass
+    class Thing:
+        x: int
+
+    Thing.__module__ = mod.__name__
+    Thing.__qualname__ = "Thing"
+    mod.Thing = Thing  # type: ignore[attr-defined]
+    sys.modules[mod.__name__] = mod
+    try:
+        data = encode(Thing(3))
+        assert decode(data) == Thing(3)
+    finally:
+        del sys.modules[mod.__name__]
+    with pytest.raises(CorruptRecord, match="not imported"):
+        decode(data)
+    assert mod.__name__ not in sys.modules
+
+
+def test_allowed_modules_may_be_imported() -> None:
+    s = Serde(allowed_modules=["fractions"])
+    sys.modules.pop("fractions", None)
+    import enum
+
+    Color = enum.Enum("Color", {"RED": 1}, module="fractions")
+    import fractions
+
+    fractions.Color = Color  # type: ignore[attr-defined]
+    data = s.encode(Color.RED)
+    assert s.decode(data) is Color.RED
+
+
+def test_registered_types() -> None:
+    class Money:
+        def __init__(self, cents: int) -> None:
+            self.cents = cents
+
+    s = Serde()
+    s.register(Money, lambda m: m.cents, Money, name="money")
+    out = s.decode(s.encode({"m": Money(250)}))
+    assert isinstance(out["m"], Money) and out["m"].cents == 250
+    with pytest.raises(CorruptRecord, match="registered type 'money'"):
+        Serde().decode(s.encode(Money(1)))
+
+
+def test_digest_is_canonical() -> None:
+    assert digest({"a": 1, "b": [1, {"c": 2, "d": 3}]}) == digest({"b": [1, {"d": 3, "c": 2}], "a": 1})
+    assert digest({1, 2, 3}) == digest({3, 2, 1})
+    assert digest((1, 2)) != digest([1, 2])
+    assert digest({"a": 1}) != digest({"a": 2})
+    m1 = Nested(when=dt.datetime(2026, 1, 1))
+    m2 = Nested(when=dt.datetime(2026, 1, 1))
+    assert digest(m1) == digest(m2) != digest(Nested(when=dt.datetime(2026, 1, 2)))
+
+
+def test_derive_id_is_deterministic() -> None:
+    a = derive_id("parent", "fork", {"x": 1, "y": [1, 2]})
+    assert a == derive_id("parent", "fork", {"y": [1, 2], "x": 1})
+    assert a != derive_id("parent", "fork", {"x": 2, "y": [1, 2]})
+    assert a != derive_id("parent", "retry", {"x": 1, "y": [1, 2]})
+    assert a != derive_id("other", "fork", {"x": 1, "y": [1, 2]})
+    assert uuid.UUID(a).version == 5
