@@ -150,6 +150,9 @@ class _Call:
         self.pause = min(self.pause * 2, 0.25)
         return p
 
+    def renewer(self, owner: str, fence: int) -> Callable[[], bool]:
+        return lambda: self.store.renew_receipt(self.key, owner=owner, fence=fence)
+
     def kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         if self.takes_key and "idempotency_key" not in kwargs:
             return {**kwargs, "idempotency_key": self.key}
@@ -216,10 +219,9 @@ def effect(
                         await asyncio.sleep(call.next_pause())
                         continue
                     fence = st.receipt.fence
-                    with store.keep_alive(lambda o=owner, f=fence: store.renew_receipt(
-                            call.key, owner=o, fence=f)):
+                    with store.keep_alive(call.renewer(owner, fence)):
                         try:
-                            result = await func(*args, **call.kwargs(kwargs))  # type: ignore[misc]
+                            result = await func(*args, **call.kwargs(kwargs))
                         except BaseException:
                             await store.arelease_receipt(call.key, owner=owner, fence=fence)
                             raise
@@ -247,8 +249,7 @@ def effect(
                     time.sleep(call.next_pause())
                     continue
                 fence = st.receipt.fence
-                with store.keep_alive(lambda o=owner, f=fence: store.renew_receipt(
-                        call.key, owner=o, fence=f)):
+                with store.keep_alive(call.renewer(owner, fence)):
                     try:
                         result = func(*args, **call.kwargs(kwargs))
                     except BaseException:

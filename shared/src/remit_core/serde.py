@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 from pydantic import BaseModel
 
 from remit_core.errors import CorruptRecord, SerializationError
@@ -92,7 +92,8 @@ class Serde:
     def encode(self, value: Any, *, record: str = "value") -> bytes:
         """Encode ``value``; raise :class:`SerializationError` naming the path if it cannot be."""
         try:
-            return _HEADER + msgpack.packb(value, default=self._default, strict_types=True)
+            packed: bytes = msgpack.packb(value, default=self._default, strict_types=True)
+            return _HEADER + packed
         except SerializationError:
             raise
         except (TypeError, ValueError, OverflowError) as exc:
@@ -110,7 +111,8 @@ class Serde:
             ) from None
 
     def _pack(self, value: Any) -> bytes:
-        return msgpack.packb(value, default=self._default, strict_types=True)
+        packed: bytes = msgpack.packb(value, default=self._default, strict_types=True)
+        return packed
 
     def _default(self, obj: Any) -> Any:
         ext = msgpack.ExtType
@@ -149,7 +151,8 @@ class Serde:
             fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
             return ext(_DATACLASS, self._pack([_qualname(t), fields]))
         # plain subclasses of the built-in containers and scalars travel as their base type
-        for base in (dict, list, str, bytes, float, int):
+        bases: tuple[type[Any], ...] = (dict, list, str, bytes, float, int)
+        for base in bases:
             if isinstance(obj, base) and not isinstance(obj, bool):
                 return base(obj)
         raise TypeError(f"unsupported type {t.__module__}.{t.__qualname__}")

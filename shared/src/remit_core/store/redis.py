@@ -1,0 +1,1209 @@
+"""Redis backend: plain Redis >= 7, core commands and Lua scripts only.
+
+Every contract operation is **one Lua script** (EVALSHA through redis-py's
+``register_script``, which re-loads a script on ``NOSCRIPT`` after a server
+restart), so no decision is ever check-then-act across round trips. Timestamps
+and lease expiry come from the server clock (``TIME`` inside the script), so
+every host agrees on whether a lease has expired. Seconds are stored as strings
+with six decimals (microseconds; Lua numbers are doubles).
+
+Write scripts carry a ``#!lua`` shebang, so Redis refuses them *before* they
+start when the server is out of memory (no half-applied script); read-only
+scripts carry ``#!lua flags=no-writes``. Scripts check everything they need
+before their first write, because Redis does not roll back a script that fails
+half-way.
+
+Durability: CV and EO need receipts that survive a restart. Opening a store
+reads ``CONFIG GET appendonly`` / ``save`` and refuses (:class:`DurabilityError`)
+a server that keeps nothing on disk, unless the URL says ``durability=none``.
+
+URL options (removed before the URL reaches redis-py): ``prefix=NAME`` (default
+``remit``), ``durability=none``, ``lease=SECONDS``. Every other query parameter
+goes to redis-py's ``ConnectionPool.from_url``.
+
+Key layout
+==========
+
+``P`` is the prefix. Every other key component is escaped (``%`` -> ``%25``,
+``:`` -> ``%3A``, the same in Python and Lua) so that it contains no ``:``;
+as each tag has a fixed number of components, two different tuples never
+map to the same key. Index members that name a record hold the same escaped
+components joined by ``:`` (``e(x)`` below), so a script rebuilds the key by
+concatenation. Stores whose prefixes are ``A`` and ``A:tag...`` could overlap:
+give independent stores prefixes that are not ``:``-extensions of each other.
+
+========================================  ======  ==========================================
+key                                       type    content
+========================================  ======  ==========================================
+``P:meta``                                hash    ``schema=remit``, ``version=N``
+``P:seq``                                 string  store-wide checkpoint seq (``INCR``)
+``P:runs``                                zset    run_id scored by updated_at (list_runs)
+``P:cks``                                 zset    ``e(run):e(ns):e(id)`` scored by seq (all runs)
+``P:known``                               set     every run_id that has any record (usage,
+                                                  list_receipts and list_claims over all runs)
+``P:run:e(run)``                          hash    created_at, updated_at
+``P:rck:e(run)``                          zset    ``e(ns):e(id)`` scored by seq (one run)
+``P:nss:e(run)``                          set     the run's namespaces that have checkpoints
+``P:nck:e(run):e(ns)``                    zset    checkpoint_id scored by seq: the latest is
+                                                  ``ZRANGE -1 -1``, one O(log n) lookup
+``P:ck:e(run):e(ns):e(id)``               hash    the checkpoint: run_id, ns, checkpoint_id,
+                                                  [parent_id], kind, [execution_id], data,
+                                                  metadata, versions (JSON), created_at, seq
+``P:kids:e(run):e(ns):e(parent):e(kind)`` set     child checkpoint ids (CO ``exclusive_child``)
+``P:ex:e(execution_id)``                  set     ``e(run):e(ns):e(id)`` (delete_executions)
+``P:blob:e(run):e(ns):e(ch):e(version)``  string  a channel value, ``SET NX``: stored once
+``P:blobs:e(run)``                        set     ``e(ns):e(ch):e(version)`` of the run's blobs
+``P:w:e(run):e(ns):e(id)``                hash    pending writes of a checkpoint, field
+                                                  ``e(task_id):idx``, value a JSON line
+                                                  [task_id, idx, channel, task_path], then
+                                                  the encoded value
+``P:wrs:e(run)``                          set     ``e(ns):e(id)`` of the run's write hashes
+``P:rc:e(key)``                           hash    an effect receipt (fields of ReceiptRow)
+``P:rcs:e(run)``                          set     receipt keys of the run
+``P:cl:e(key)``                           hash    a claim (fields of ClaimRow)
+``P:cls:e(run)``                          set     claim keys of the run
+========================================  ======  ==========================================
+
+Optional fields (parent_id, execution_id, completed_at, result, digest, value,
+consumed_at) are absent from their hash when None. Per-run index sets let
+delete_run, copy_run, prune_run, usage and the listings work without KEYS or
+SCAN over the keyspace. Scripts touch keys they derive from stored data (index
+members, parents, blobs named by ``versions``), so they are single-node only
+(plain Redis is the target; not Redis Cluster). The directly addressed keys are
+declared in ``KEYS``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, ParamSpec, TypeVar, cast
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import redis
+from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    BusyLoadingError,
+    ExternalAuthProviderError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from remit_core.errors import (
+    DurabilityError,
+    ForeignSchemaError,
+    StoreConfigError,
+    StoreUnavailable,
+    StoreVersionError,
+)
+from remit_core.records import (
+    BlobRow,
+    CheckpointRow,
+    ClaimOutcome,
+    ClaimRow,
+    ReceiptOutcome,
+    ReceiptRow,
+    RunInfo,
+    WriteRow,
+)
+from remit_core.retry import retrying
+from remit_core.serde import Serde
+from remit_core.store.base import Store
+from remit_core.urls import mask_url, split_options
+
+log = logging.getLogger("remit")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+# Append-only: never edit an entry, add a new one. Each entry is a Lua snippet that moves a
+# store from the layout before it to its own (it runs inside the open script, atomically,
+# with ``P`` and the prelude in scope). The store's version is len(MIGRATIONS).
+MIGRATIONS: list[str] = [
+    # 1: the key layout of the module docstring; its keys are created lazily.
+    "",
+]
+
+DEFAULT_PREFIX = "remit"
+DEFAULT_CONNECT_TIMEOUT = 5.0
+
+# ==================================================================================== Lua
+
+_PRELUDE = r"""
+local P = ARGV[1]
+local ESC = {['%'] = '%25', [':'] = '%3A'}
+local function esc(s) return (string.gsub(s, '[%%:]', ESC)) end
+-- the key of a tag and raw components (escaped here)
+local function K(tag, ...)
+  local parts = {P, tag}
+  for _, v in ipairs({...}) do parts[#parts + 1] = esc(v) end
+  return table.concat(parts, ':')
+end
+local function clock()  -- the server clock: every host agrees on lease expiry
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function fmt(x) return string.format('%.6f', x) end
+local function int(x) return string.format('%d', x) end
+local function hmap(flat)
+  local m = {}
+  for i = 1, #flat, 2 do m[flat[i]] = flat[i + 1] end
+  return m
+end
+
+-- one checkpoint and the blob of each of its versions: {HGETALL, {ch, value, ...}} or nil
+local function entry(ck)
+  local h = redis.call('HGETALL', ck)
+  if #h == 0 then return nil end
+  local f = hmap(h)
+  local blobs = {}
+  for ch, ver in pairs(cjson.decode(f.versions)) do
+    local v = redis.call('GET', K('blob', f.run_id, f.ns, ch, ver))
+    if v then
+      blobs[#blobs + 1] = ch
+      blobs[#blobs + 1] = v
+    end
+  end
+  return {h, blobs}
+end
+
+-- blob members (e(ns):e(ch):e(ver)) referenced by the run's checkpoints outside `doomed`;
+-- read-only, so that a corrupt versions field fails the script before any write
+local function referenced(r, doomed)
+  local refs = {}
+  local base = P .. ':ck:' .. esc(r) .. ':'
+  for _, m in ipairs(redis.call('ZRANGE', K('rck', r), 0, -1)) do
+    local ck = base .. m
+    if not doomed[ck] then
+      local f = redis.call('HMGET', ck, 'ns', 'versions')
+      if f[1] then
+        local ens = esc(f[1]) .. ':'
+        for ch, ver in pairs(cjson.decode(f[2])) do refs[ens .. esc(ch) .. ':' .. esc(ver)] = true end
+      end
+    end
+  end
+  return refs
+end
+
+-- delete one checkpoint with its writes and every index entry that names it
+local function drop_ck(ck)
+  local f = redis.call('HMGET', ck, 'run_id', 'ns', 'checkpoint_id', 'parent_id', 'kind',
+                       'execution_id')
+  if not f[1] then return end
+  local r, ns, id = f[1], f[2], f[3]
+  local m = esc(ns) .. ':' .. esc(id)
+  redis.call('DEL', ck, K('w', r, ns, id))
+  redis.call('SREM', K('wrs', r), m)
+  redis.call('ZREM', K('nck', r, ns), id)
+  if redis.call('EXISTS', K('nck', r, ns)) == 0 then redis.call('SREM', K('nss', r), ns) end
+  redis.call('ZREM', K('rck', r), m)
+  redis.call('ZREM', P .. ':cks', esc(r) .. ':' .. m)
+  if f[4] then redis.call('SREM', K('kids', r, ns, f[4], f[5]), id) end
+  if f[6] then redis.call('SREM', K('ex', f[6]), esc(r) .. ':' .. m) end
+end
+
+-- delete writes of checkpoints that do not exist and blobs that `refs` does not name
+local function drop_orphans(r, refs)
+  local er = esc(r) .. ':'
+  for _, m in ipairs(redis.call('SMEMBERS', K('wrs', r))) do
+    if redis.call('EXISTS', P .. ':ck:' .. er .. m) == 0 then
+      redis.call('DEL', P .. ':w:' .. er .. m)
+      redis.call('SREM', K('wrs', r), m)
+    end
+  end
+  for _, m in ipairs(redis.call('SMEMBERS', K('blobs', r))) do
+    if not refs[m] then
+      redis.call('DEL', P .. ':blob:' .. er .. m)
+      redis.call('SREM', K('blobs', r), m)
+    end
+  end
+end
+
+local function runs_of(has_run, r)
+  if has_run == '1' then return {r} end
+  return redis.call('SMEMBERS', P .. ':known')
+end
+"""
+
+
+def _migrations_lua() -> str:
+    return "\n".join(
+        f"if v < {i + 1} then\n{body}\nend" for i, body in enumerate(MIGRATIONS)
+    )
+
+
+# KEYS: meta, seq, runs, cks, known. ARGV: P, version.
+_OPEN = """
+local want = {'hash', 'string', 'zset', 'zset', 'set'}
+for i = 1, 5 do
+  local t = redis.call('TYPE', KEYS[i])['ok']
+  if t ~= 'none' and t ~= want[i] then
+    return {'foreign', KEYS[i], 'is a ' .. t .. ', where remit keeps a ' .. want[i]}
+  end
+end
+local v = 0
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  for i = 2, 5 do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+      return {'foreign', KEYS[i], 'exists but ' .. KEYS[1] .. ' does not'}
+    end
+  end
+else
+  local m = redis.call('HMGET', KEYS[1], 'schema', 'version')
+  if m[1] ~= 'remit' or not tonumber(m[2]) then
+    return {'foreign', KEYS[1], 'does not say schema=remit and a version'}
+  end
+  v = tonumber(m[2])
+  if v > tonumber(ARGV[2]) then return {'newer', int(v)} end
+end
+""" + _migrations_lua() + """
+if v < tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], 'schema', 'remit', 'version', ARGV[2])
+end
+return {'ok', ARGV[2]}
+"""
+
+# KEYS: 1 seq, 2 ck, 3 nck, 4 rck, 5 cks, 6 runs, 7 run, 8 known, 9 nss, 10 blobs
+# ARGV: 1 P, 2 run, 3 ns, 4 id, 5 has_parent, 6 parent, 7 kind, 8 has_exec, 9 exec, 10 data,
+#       11 metadata, 12 versions, 13 exclusive, 14.. (channel, version, value)*
+_WRITE_CHECKPOINT = """
+local r, ns, id, kind = ARGV[2], ARGV[3], ARGV[4], ARGV[7]
+local parent = ARGV[5] == '1' and ARGV[6]
+local exec = ARGV[8] == '1' and ARGV[9]
+if ARGV[13] == '1' and parent then
+  -- CO: one successor of a kind per parent, whoever writes first
+  for _, other in ipairs(redis.call('SRANDMEMBER', K('kids', r, ns, parent, kind), 2)) do
+    if other ~= id then return {0, other} end
+  end
+end
+local now = fmt(clock())
+local ens = esc(ns)
+for i = 14, #ARGV, 3 do
+  redis.call('SET', K('blob', r, ns, ARGV[i], ARGV[i + 1]), ARGV[i + 2], 'NX')
+  redis.call('SADD', KEYS[10], ens .. ':' .. esc(ARGV[i]) .. ':' .. esc(ARGV[i + 1]))
+end
+redis.call('HSETNX', KEYS[7], 'created_at', now)
+redis.call('HSET', KEYS[7], 'updated_at', now)
+redis.call('ZADD', KEYS[6], now, r)
+redis.call('SADD', KEYS[8], r)
+local member = esc(r) .. ':' .. ens .. ':' .. esc(id)
+local old = redis.call('HMGET', KEYS[2], 'seq', 'parent_id', 'kind', 'execution_id', 'created_at')
+local seq, created
+if old[1] then
+  -- a rewrite keeps its seq and created_at
+  seq, created = old[1], old[5]
+  if old[2] and (old[2] ~= parent or old[3] ~= kind) then
+    redis.call('SREM', K('kids', r, ns, old[2], old[3]), id)
+  end
+  if old[4] and old[4] ~= exec then redis.call('SREM', K('ex', old[4]), member) end
+else
+  seq, created = int(redis.call('INCR', KEYS[1])), now
+  redis.call('ZADD', KEYS[3], seq, id)
+  redis.call('ZADD', KEYS[4], seq, ens .. ':' .. esc(id))
+  redis.call('ZADD', KEYS[5], seq, member)
+  redis.call('SADD', KEYS[9], ns)
+end
+redis.call('HSET', KEYS[2], 'run_id', r, 'ns', ns, 'checkpoint_id', id, 'kind', kind,
+           'data', ARGV[10], 'metadata', ARGV[11], 'versions', ARGV[12],
+           'created_at', created, 'seq', seq)
+if parent then
+  redis.call('HSET', KEYS[2], 'parent_id', parent)
+  redis.call('SADD', K('kids', r, ns, parent, kind), id)
+else
+  redis.call('HDEL', KEYS[2], 'parent_id')
+end
+if exec then
+  redis.call('HSET', KEYS[2], 'execution_id', exec)
+  redis.call('SADD', K('ex', exec), member)
+else
+  redis.call('HDEL', KEYS[2], 'execution_id')
+end
+return {tonumber(seq)}
+"""
+
+# KEYS: 1 nck. ARGV: 1 P, 2 run, 3 ns, 4 has_id, 5 id
+_READ_CHECKPOINT = """
+local id = ARGV[5]
+if ARGV[4] ~= '1' then
+  local top = redis.call('ZRANGE', KEYS[1], -1, -1)
+  if #top == 0 then return false end
+  id = top[1]
+end
+return entry(K('ck', ARGV[2], ARGV[3], id)) or false
+"""
+
+# KEYS: 1 cks, 2 runs. ARGV: 1 P, 2 has_run, 3 run, 4 has_ns, 5 ns, 6 has_before, 7 before,
+#       8 limit ('' for none), 9 has_execution_ids, 10.. execution ids
+_LIST_CHECKPOINTS = """
+local run = ARGV[2] == '1' and ARGV[3]
+local ns = ARGV[4] == '1' and ARGV[5]
+local limit = tonumber(ARGV[8])
+if limit and limit < 0 then limit = nil end
+if limit == 0 then return {} end
+local bseq = nil
+if ARGV[6] == '1' then
+  -- like the reference backend: the lowest seq of a checkpoint with that id (in the run)
+  local runs = run and {run} or redis.call('ZRANGE', KEYS[2], 0, -1)
+  for _, r in ipairs(runs) do
+    for _, n in ipairs(redis.call('SMEMBERS', K('nss', r))) do
+      local s = tonumber(redis.call('ZSCORE', K('nck', r, n), ARGV[7]))
+      if s and (not bseq or s < bseq) then bseq = s end
+    end
+  end
+  if not bseq then return {} end
+end
+local out = {}
+if ARGV[9] == '1' then
+  local seen, rows = {}, {}
+  for i = 10, #ARGV do
+    for _, m in ipairs(redis.call('SMEMBERS', K('ex', ARGV[i]))) do
+      if not seen[m] then
+        seen[m] = true
+        local ck = P .. ':ck:' .. m
+        local f = redis.call('HMGET', ck, 'run_id', 'ns', 'seq')
+        local s = tonumber(f[3])
+        if f[1] and (not run or f[1] == run) and (not ns or f[2] == ns)
+            and (not bseq or s < bseq) then
+          rows[#rows + 1] = {s, ck}
+        end
+      end
+    end
+  end
+  table.sort(rows, function(a, b) return a[1] > b[1] end)
+  for _, row in ipairs(rows) do
+    if limit and #out >= limit then break end
+    local e = entry(row[2])
+    if e then out[#out + 1] = e end
+  end
+  return out
+end
+local src, base
+if run and ns then
+  src = K('nck', run, ns)
+  base = P .. ':ck:' .. esc(run) .. ':' .. esc(ns) .. ':'
+elseif run then
+  src, base = K('rck', run), P .. ':ck:' .. esc(run) .. ':'
+else
+  src, base = KEYS[1], P .. ':ck:'
+end
+local escape_member = run and ns
+local max = bseq and ('(' .. int(bseq)) or '+inf'
+while true do
+  local batch = redis.call('ZRANGE', src, max, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 256,
+                           'WITHSCORES')
+  if #batch == 0 then return out end
+  for i = 1, #batch, 2 do
+    local ck = base .. (escape_member and esc(batch[i]) or batch[i])
+    if run or not ns or redis.call('HGET', ck, 'ns') == ns then
+      local e = entry(ck)
+      if e then
+        out[#out + 1] = e
+        if limit and #out >= limit then return out end
+      end
+    end
+  end
+  max = '(' .. batch[#batch]
+end
+"""
+
+# KEYS: 1 runs. ARGV: 1 P, 2 limit ('' for none)
+_LIST_RUNS = """
+local limit = tonumber(ARGV[2])
+local runs
+if limit and limit >= 0 then
+  if limit == 0 then return {} end
+  local top = redis.call('ZRANGE', KEYS[1], 0, limit - 1, 'REV', 'WITHSCORES')
+  if #top < 2 * limit then
+    runs = {}
+    for i = 1, #top, 2 do runs[#runs + 1] = top[i] end
+  else
+    -- ties at the cut: return them all; the caller orders by (updated_at desc, run_id)
+    runs = redis.call('ZRANGE', KEYS[1], '+inf', top[#top], 'BYSCORE', 'REV')
+  end
+else
+  runs = redis.call('ZRANGE', KEYS[1], 0, -1, 'REV')
+end
+local out = {}
+for _, r in ipairs(runs) do
+  local h = redis.call('HMGET', K('run', r), 'created_at', 'updated_at')
+  local rck = K('rck', r)
+  local top = redis.call('ZRANGE', rck, -1, -1)
+  local latest = {false, false}
+  if #top == 1 then
+    latest = redis.call('HMGET', P .. ':ck:' .. esc(r) .. ':' .. top[1], 'checkpoint_id', 'kind')
+  end
+  out[#out + 1] = {r, h[1], h[2], redis.call('ZCARD', rck), latest[1], latest[2]}
+end
+return out
+"""
+
+# ARGV: 1 P, 2 run
+_DELETE_RUN = """
+local r = ARGV[2]
+local er = esc(r) .. ':'
+for _, n in ipairs(redis.call('SMEMBERS', K('nss', r))) do
+  for _, id in ipairs(redis.call('ZRANGE', K('nck', r, n), 0, -1)) do drop_ck(K('ck', r, n, id)) end
+end
+for _, m in ipairs(redis.call('SMEMBERS', K('wrs', r))) do redis.call('DEL', P .. ':w:' .. er .. m) end
+for _, m in ipairs(redis.call('SMEMBERS', K('blobs', r))) do
+  redis.call('DEL', P .. ':blob:' .. er .. m)
+end
+for _, key in ipairs(redis.call('SMEMBERS', K('rcs', r))) do
+  if redis.call('HGET', K('rc', key), 'run_id') == r then redis.call('DEL', K('rc', key)) end
+end
+for _, key in ipairs(redis.call('SMEMBERS', K('cls', r))) do
+  if redis.call('HGET', K('cl', key), 'run_id') == r then redis.call('DEL', K('cl', key)) end
+end
+redis.call('DEL', K('run', r), K('rck', r), K('nss', r), K('wrs', r), K('blobs', r), K('rcs', r),
+           K('cls', r))
+redis.call('ZREM', P .. ':runs', r)
+redis.call('SREM', P .. ':known', r)
+return 1
+"""
+
+# KEYS: 1 seq, 2 runs, 3 known, 4 cks. ARGV: 1 P, 2 source, 3 target
+_COPY_RUN = """
+local src, tgt = ARGV[2], ARGV[3]
+if redis.call('EXISTS', K('run', src)) == 0 then return 0 end
+local now = fmt(clock())
+redis.call('HSETNX', K('run', tgt), 'created_at', now)
+redis.call('HSET', K('run', tgt), 'updated_at', now)
+redis.call('ZADD', KEYS[2], now, tgt)
+redis.call('SADD', KEYS[3], tgt)
+if src == tgt then return 1 end
+local es, et = esc(src) .. ':', esc(tgt) .. ':'
+-- checkpoints in seq order, each with a new seq; an existing target checkpoint is kept
+for _, m in ipairs(redis.call('ZRANGE', K('rck', src), 0, -1)) do
+  local dst = P .. ':ck:' .. et .. m
+  if redis.call('EXISTS', dst) == 0 then
+    local h = redis.call('HGETALL', P .. ':ck:' .. es .. m)
+    if #h > 0 then
+      local f = hmap(h)
+      local seq = int(redis.call('INCR', KEYS[1]))
+      for i = 1, #h, 2 do
+        local v = h[i + 1]
+        if h[i] == 'run_id' then v = tgt elseif h[i] == 'seq' then v = seq end
+        redis.call('HSET', dst, h[i], v)
+      end
+      redis.call('ZADD', K('nck', tgt, f.ns), seq, f.checkpoint_id)
+      redis.call('ZADD', K('rck', tgt), seq, m)
+      redis.call('ZADD', KEYS[4], seq, et .. m)
+      redis.call('SADD', K('nss', tgt), f.ns)
+      if f.parent_id then
+        redis.call('SADD', K('kids', tgt, f.ns, f.parent_id, f.kind), f.checkpoint_id)
+      end
+      if f.execution_id then redis.call('SADD', K('ex', f.execution_id), et .. m) end
+    end
+  end
+end
+for _, m in ipairs(redis.call('SMEMBERS', K('blobs', src))) do
+  redis.call('COPY', P .. ':blob:' .. es .. m, P .. ':blob:' .. et .. m)
+  redis.call('SADD', K('blobs', tgt), m)
+end
+for _, m in ipairs(redis.call('SMEMBERS', K('wrs', src))) do
+  local h = redis.call('HGETALL', P .. ':w:' .. es .. m)
+  for i = 1, #h, 2 do redis.call('HSETNX', P .. ':w:' .. et .. m, h[i], h[i + 1]) end
+  if #h > 0 then redis.call('SADD', K('wrs', tgt), m) end
+end
+return 1
+"""
+
+# ARGV: 1 P, 2 run, 3 keep_latest
+_PRUNE_RUN = """
+local r, keep = ARGV[2], math.max(0, tonumber(ARGV[3]))
+local doomed = {}
+for _, n in ipairs(redis.call('SMEMBERS', K('nss', r))) do
+  for _, id in ipairs(redis.call('ZRANGE', K('nck', r, n), 0, -(keep + 1))) do
+    doomed[K('ck', r, n, id)] = true
+  end
+end
+local refs = referenced(r, doomed)
+for ck in pairs(doomed) do drop_ck(ck) end
+drop_orphans(r, refs)
+return 1
+"""
+
+# ARGV: 1 P, 2.. execution ids
+_DELETE_EXECUTIONS = """
+local doomed, runs = {}, {}
+for i = 2, #ARGV do
+  for _, m in ipairs(redis.call('SMEMBERS', K('ex', ARGV[i]))) do
+    local ck = P .. ':ck:' .. m
+    local r = redis.call('HGET', ck, 'run_id')
+    if r then
+      doomed[ck] = true
+      runs[r] = true
+    end
+  end
+end
+local refs = {}
+for r in pairs(runs) do refs[r] = referenced(r, doomed) end
+for ck in pairs(doomed) do drop_ck(ck) end
+for r in pairs(runs) do drop_orphans(r, refs[r]) end
+return 1
+"""
+
+# ARGV: 1 P, 2 has_run, 3 run
+_USAGE = """
+local c, b, bb, w, rc, cl = 0, 0, 0, 0, 0, 0
+for _, r in ipairs(runs_of(ARGV[2], ARGV[3])) do
+  local er = esc(r) .. ':'
+  c = c + redis.call('ZCARD', K('rck', r))
+  for _, m in ipairs(redis.call('SMEMBERS', K('blobs', r))) do
+    b = b + 1
+    bb = bb + redis.call('STRLEN', P .. ':blob:' .. er .. m)
+  end
+  for _, m in ipairs(redis.call('SMEMBERS', K('wrs', r))) do
+    w = w + redis.call('HLEN', P .. ':w:' .. er .. m)
+  end
+  rc = rc + redis.call('SCARD', K('rcs', r))
+  cl = cl + redis.call('SCARD', K('cls', r))
+end
+return {c, b, bb, w, rc, cl}
+"""
+
+# KEYS: 1 known, then per row: w, wrs. ARGV: 1 P, 2 overwrite, then per row: run, member,
+#       field, packed
+_WRITE_WRITES = """
+local cmd = ARGV[2] == '1' and 'HSET' or 'HSETNX'
+for i = 0, (#KEYS - 1) / 2 - 1 do
+  local a = 3 + 4 * i
+  redis.call(cmd, KEYS[2 + 2 * i], ARGV[a + 2], ARGV[a + 3])
+  redis.call('SADD', KEYS[3 + 2 * i], ARGV[a + 1])
+  redis.call('SADD', KEYS[1], ARGV[a])
+end
+return 1
+"""
+
+# KEYS: 1 rc, 2 rcs, 3 known. ARGV: 1 P, 2 key, 3 run, 4 step, 5 name, 6 ordinal, 7 owner,
+#       8 lease, 9 may_take_over
+_START_RECEIPT = """
+local now = clock()
+local owner = ARGV[7]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'key', ARGV[2], 'run_id', ARGV[3], 'step', ARGV[4], 'name', ARGV[5],
+             'ordinal', ARGV[6], 'status', 'started', 'owner', owner, 'fence', 1,
+             'lease_until', fmt(now + tonumber(ARGV[8])), 'started_at', fmt(now), 'attempt', 1)
+  redis.call('SADD', KEYS[2], ARGV[2])
+  redis.call('SADD', KEYS[3], ARGV[3])
+  return {'run', redis.call('HGETALL', KEYS[1])}
+end
+local f = redis.call('HMGET', KEYS[1], 'status', 'owner', 'lease_until')
+if f[1] == 'completed' then return {'done', redis.call('HGETALL', KEYS[1])} end
+-- a retried call of the same owner: it owns the receipt already
+if f[2] == owner then return {'run', redis.call('HGETALL', KEYS[1])} end
+if tonumber(f[3]) > now then return {'busy', redis.call('HGETALL', KEYS[1])} end
+if ARGV[9] ~= '1' then return {'in_doubt', redis.call('HGETALL', KEYS[1])} end
+redis.call('HSET', KEYS[1], 'owner', owner, 'lease_until', fmt(now + tonumber(ARGV[8])))
+redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+return {'taken_over', redis.call('HGETALL', KEYS[1])}
+"""
+
+# KEYS: 1 rc. ARGV: 1 P, 2 owner, 3 fence, 4 result
+_COMPLETE_RECEIPT = """
+local f = redis.call('HMGET', KEYS[1], 'owner', 'fence')
+if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[4],
+           'completed_at', fmt(clock()))
+return 1
+"""
+
+# KEYS: 1 rc. ARGV: 1 P, 2 owner, 3 fence, 4 key
+_RELEASE_RECEIPT = """
+local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status', 'run_id')
+if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) or f[3] ~= 'started' then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', K('rcs', f[4]), ARGV[4])
+return 1
+"""
+
+# KEYS: 1 rc or cl. ARGV: 1 P, 2 owner, 3 fence, 4 lease, 5 live status
+_RENEW = """
+local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status')
+if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) or f[3] ~= ARGV[5] then return 0 end
+redis.call('HSET', KEYS[1], 'lease_until', fmt(clock() + tonumber(ARGV[4])))
+return 1
+"""
+
+# ARGV: 1 P, 2 has_run, 3 run, 4 tag of the record (rc or cl), 5 tag of the per-run set
+_LIST_RECORDS = """
+local out = {}
+for _, r in ipairs(runs_of(ARGV[2], ARGV[3])) do
+  for _, key in ipairs(redis.call('SMEMBERS', K(ARGV[5], r))) do
+    local h = redis.call('HGETALL', K(ARGV[4], key))
+    if #h > 0 then out[#out + 1] = h end
+  end
+end
+return out
+"""
+
+# KEYS: 1 rc. ARGV: 1 P, 2 result
+_RESOLVE_RECEIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'completed_at', fmt(clock()))
+return 1
+"""
+
+# KEYS: 1 rc or cl. ARGV: 1 P, 2 key, 3 tag of the per-run set
+_RESET = """
+local r = redis.call('HGET', KEYS[1], 'run_id')
+if not r then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', K(ARGV[3], r), ARGV[2])
+return 1
+"""
+
+# KEYS: 1 cl, 2 cls, 3 known. ARGV: 1 P, 2 key, 3 run, 4 owner, 5 lease, 6 has_digest, 7 digest,
+#       8 has_value, 9 value
+_CLAIM = """
+local now = clock()
+local owner = ARGV[4]
+local until_ = fmt(now + tonumber(ARGV[5]))
+local function set_payload()
+  if ARGV[6] == '1' then redis.call('HSET', KEYS[1], 'digest', ARGV[7])
+  else redis.call('HDEL', KEYS[1], 'digest') end
+  if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'value', ARGV[9])
+  else redis.call('HDEL', KEYS[1], 'value') end
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'key', ARGV[2], 'run_id', ARGV[3], 'status', 'claimed',
+             'owner', owner, 'fence', 1, 'lease_until', until_, 'claimed_at', fmt(now))
+  set_payload()
+  redis.call('SADD', KEYS[2], ARGV[2])
+  redis.call('SADD', KEYS[3], ARGV[3])
+  return {'won', redis.call('HGETALL', KEYS[1])}
+end
+local f = redis.call('HMGET', KEYS[1], 'status', 'owner', 'lease_until', 'digest')
+if f[1] == 'consumed' then return {'consumed', redis.call('HGETALL', KEYS[1])} end
+if f[1] == 'released' then
+  redis.call('HSET', KEYS[1], 'status', 'claimed', 'owner', owner, 'lease_until', until_,
+             'claimed_at', fmt(now))
+  redis.call('HINCRBY', KEYS[1], 'fence', 1)
+  set_payload()
+  return {'won', redis.call('HGETALL', KEYS[1])}
+end
+-- a retried call of the same owner: it holds the claim already
+if f[2] == owner then return {'reentered', redis.call('HGETALL', KEYS[1])} end
+if tonumber(f[3]) > now then return {'held', redis.call('HGETALL', KEYS[1])} end
+if ARGV[6] == '1' and f[4] and f[4] ~= ARGV[7] then
+  return {'mismatch', redis.call('HGETALL', KEYS[1])}
+end
+-- LV: the holder died; take over with the recorded digest and value
+redis.call('HSET', KEYS[1], 'owner', owner, 'lease_until', until_)
+redis.call('HINCRBY', KEYS[1], 'fence', 1)
+return {'taken_over', redis.call('HGETALL', KEYS[1])}
+"""
+
+# KEYS: 1 cl. ARGV: 1 P, 2 owner, 3 fence, 4 has_digest, 5 digest
+_CONSUME_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, false} end
+local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status')
+if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) or f[3] == 'released' then
+  return {0, redis.call('HGETALL', KEYS[1])}
+end
+if f[3] == 'claimed' then
+  redis.call('HSET', KEYS[1], 'status', 'consumed', 'consumed_at', fmt(clock()))
+  if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'digest', ARGV[5]) end
+end
+return {1, redis.call('HGETALL', KEYS[1])}
+"""
+
+# KEYS: 1 cl. ARGV: 1 P, 2 owner, 3 fence
+_RELEASE_CLAIM = """
+local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status')
+if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) or f[3] ~= 'claimed' then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'released')
+return 1
+"""
+
+
+def _script_source(body: str, *, writes: bool) -> str:
+    shebang = "#!lua" if writes else "#!lua flags=no-writes"
+    return f"{shebang}\n{_PRELUDE}\n{body}"
+
+
+# ================================================================================= helpers
+
+
+def _esc(part: str) -> str:
+    """Escape one key component so that it contains no ':' (the Lua ``esc`` twin)."""
+    return part.replace("%", "%25").replace(":", "%3A")
+
+
+def _flag(value: object) -> str:
+    return "0" if value is None else "1"
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _hash(flat: Sequence[bytes] | Mapping[bytes, bytes]) -> dict[str, bytes]:
+    if isinstance(flat, Mapping):
+        return {_str(k): v for k, v in flat.items()}
+    it = iter(flat)
+    return {_str(k): v for k, v in zip(it, it, strict=True)}
+
+
+def _opt_str(h: Mapping[str, bytes], name: str) -> str | None:
+    v = h.get(name)
+    return None if v is None else v.decode()
+
+
+def _opt_float(h: Mapping[str, bytes], name: str) -> float | None:
+    v = h.get(name)
+    return None if v is None else float(v)
+
+
+def _pack_write(w: WriteRow) -> bytes:
+    """A write as stored: a JSON header line, then the encoded value as it is (JSON escapes
+    newlines, so the first newline ends the header)."""
+    head = json.dumps([w.task_id, w.idx, w.channel, w.task_path], ensure_ascii=False)
+    return head.encode() + b"\n" + w.value
+
+
+def _ck_row(h: Mapping[str, bytes]) -> CheckpointRow:
+    return CheckpointRow(
+        run_id=h["run_id"].decode(), ns=h["ns"].decode(),
+        checkpoint_id=h["checkpoint_id"].decode(), parent_id=_opt_str(h, "parent_id"),
+        kind=h["kind"].decode(), execution_id=_opt_str(h, "execution_id"),
+        data=h["data"], metadata=h["metadata"], versions=json.loads(h["versions"]),
+        created_at=float(h["created_at"]), seq=int(h["seq"]),
+    )
+
+
+def _rc_row(h: Mapping[str, bytes]) -> ReceiptRow:
+    return ReceiptRow(
+        key=h["key"].decode(), run_id=h["run_id"].decode(), step=h["step"].decode(),
+        name=h["name"].decode(), ordinal=int(h["ordinal"]),
+        status=cast(Any, h["status"].decode()), owner=_opt_str(h, "owner"),
+        fence=int(h["fence"]), lease_until=float(h["lease_until"]),
+        started_at=float(h["started_at"]), completed_at=_opt_float(h, "completed_at"),
+        result=h.get("result"), attempt=int(h["attempt"]),
+    )
+
+
+def _cl_row(h: Mapping[str, bytes]) -> ClaimRow:
+    return ClaimRow(
+        key=h["key"].decode(), run_id=h["run_id"].decode(),
+        status=cast(Any, h["status"].decode()), owner=_opt_str(h, "owner"),
+        fence=int(h["fence"]), lease_until=float(h["lease_until"]),
+        digest=_opt_str(h, "digest"), value=h.get("value"),
+        claimed_at=float(h["claimed_at"]), consumed_at=_opt_float(h, "consumed_at"),
+    )
+
+
+def _entry(raw: Sequence[Any]) -> tuple[CheckpointRow, dict[str, bytes]]:
+    h, blobs = raw
+    return _ck_row(_hash(h)), _hash(blobs)
+
+
+class _Keys:
+    """Key names (see the module docstring); components are escaped here."""
+
+    def __init__(self, prefix: str) -> None:
+        self.p = prefix
+        self.meta = f"{prefix}:meta"
+        self.seq = f"{prefix}:seq"
+        self.runs = f"{prefix}:runs"
+        self.cks = f"{prefix}:cks"
+        self.known = f"{prefix}:known"
+
+    def _k(self, tag: str, *parts: str) -> str:
+        return ":".join([self.p, tag, *(_esc(p) for p in parts)])
+
+    def run(self, r: str) -> str:
+        return self._k("run", r)
+
+    def rck(self, r: str) -> str:
+        return self._k("rck", r)
+
+    def nss(self, r: str) -> str:
+        return self._k("nss", r)
+
+    def nck(self, r: str, ns: str) -> str:
+        return self._k("nck", r, ns)
+
+    def ck(self, r: str, ns: str, cid: str) -> str:
+        return self._k("ck", r, ns, cid)
+
+    def blobs(self, r: str) -> str:
+        return self._k("blobs", r)
+
+    def w(self, r: str, ns: str, cid: str) -> str:
+        return self._k("w", r, ns, cid)
+
+    def wrs(self, r: str) -> str:
+        return self._k("wrs", r)
+
+    def rc(self, key: str) -> str:
+        return self._k("rc", key)
+
+    def rcs(self, r: str) -> str:
+        return self._k("rcs", r)
+
+    def cl(self, key: str) -> str:
+        return self._k("cl", key)
+
+    def cls(self, r: str) -> str:
+        return self._k("cls", r)
+
+
+# =================================================================================== store
+
+
+class RedisStore(Store):
+    """A store in plain Redis (>= 7), every contract operation one Lua script."""
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"prefix", "durability", "lease"})
+
+    def __init__(self, url: str, driver_url: str, *, prefix: str = DEFAULT_PREFIX,
+                 durability: bool = True, serde: Serde | None = None, lease: float,
+                 options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(mask_url(url), serde=serde, lease=lease)
+        self.prefix = prefix
+        self._k = _Keys(prefix)
+        kwargs: dict[str, Any] = {"socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT}
+        kwargs.update(options or {})
+        kwargs["decode_responses"] = False  # values are bytes; the serde decodes them
+        try:
+            self._pool = redis.ConnectionPool.from_url(driver_url, **kwargs)
+        except (ValueError, TypeError) as exc:
+            raise StoreConfigError(f"cannot use {self.url!r}: {exc}", url=self.url) from exc
+        self._redis = redis.Redis(connection_pool=self._pool)
+        r = self._redis.register_script
+        self._s_open = r(_script_source(_OPEN, writes=True))
+        self._s_write_ck = r(_script_source(_WRITE_CHECKPOINT, writes=True))
+        self._s_read_ck = r(_script_source(_READ_CHECKPOINT, writes=False))
+        self._s_list_ck = r(_script_source(_LIST_CHECKPOINTS, writes=False))
+        self._s_list_runs = r(_script_source(_LIST_RUNS, writes=False))
+        self._s_delete_run = r(_script_source(_DELETE_RUN, writes=True))
+        self._s_copy_run = r(_script_source(_COPY_RUN, writes=True))
+        self._s_prune = r(_script_source(_PRUNE_RUN, writes=True))
+        self._s_delete_ex = r(_script_source(_DELETE_EXECUTIONS, writes=True))
+        self._s_usage = r(_script_source(_USAGE, writes=False))
+        self._s_write_writes = r(_script_source(_WRITE_WRITES, writes=True))
+        self._s_start_rc = r(_script_source(_START_RECEIPT, writes=True))
+        self._s_complete_rc = r(_script_source(_COMPLETE_RECEIPT, writes=True))
+        self._s_release_rc = r(_script_source(_RELEASE_RECEIPT, writes=True))
+        self._s_renew = r(_script_source(_RENEW, writes=True))
+        self._s_list_records = r(_script_source(_LIST_RECORDS, writes=False))
+        self._s_resolve_rc = r(_script_source(_RESOLVE_RECEIPT, writes=True))
+        self._s_reset = r(_script_source(_RESET, writes=True))
+        self._s_claim = r(_script_source(_CLAIM, writes=True))
+        self._s_consume = r(_script_source(_CONSUME_CLAIM, writes=True))
+        self._s_release_cl = r(_script_source(_RELEASE_CLAIM, writes=True))
+        try:
+            self._open_checks(durability)
+        except BaseException:
+            self._pool.disconnect()
+            raise
+
+    @classmethod
+    def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
+             **options: Any) -> RedisStore:
+        from remit_core.store import parse_lease
+
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise StoreConfigError(f"malformed URL {mask_url(url)!r}: {exc}",
+                                   url=mask_url(url)) from exc
+        opts, rest = split_options(parts.query, cls.OPTIONS)
+        prefix = opts.get("prefix", DEFAULT_PREFIX)
+        if not prefix:
+            raise StoreConfigError(
+                f"option prefix= in {mask_url(url)!r} is empty; give a name such as prefix=remit",
+                url=mask_url(url),
+            )
+        durability = opts.get("durability", "required").lower()
+        if durability not in ("none", "required"):
+            raise StoreConfigError(
+                f"option durability={durability!r} in {mask_url(url)!r} must be 'none' (accept "
+                "a Redis that keeps nothing on disk) or 'required' (the default)",
+                url=mask_url(url),
+            )
+        driver_url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest),
+                                 parts.fragment))
+        return cls(url, driver_url, prefix=prefix, durability=durability == "required",
+                   serde=serde, lease=parse_lease(opts.get("lease"), url, lease), options=options)
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    def _close(self) -> None:
+        self._pool.disconnect()
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        # a wrong password is not cured by a retry, though redis-py files it under connections
+        if isinstance(exc, (AuthenticationError, AuthorizationError, ExternalAuthProviderError)):
+            return False
+        return isinstance(exc, (RedisConnectionError, RedisTimeoutError, BusyLoadingError,
+                                TryAgainError))
+
+    def _call(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return super()._call(fn, *args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            if not self._is_transient(exc):
+                raise
+            raise StoreUnavailable(
+                f"{self.url!r} is unreachable after retries ({type(exc).__name__}: {exc}); "
+                "check that the Redis server is running",
+                url=self.url,
+            ) from exc
+
+    def _open_checks(self, durability: bool) -> None:
+        """Reach the server, check durability, then the key layout (version and foreign keys)."""
+
+        def loading(exc: BaseException) -> bool:  # a server loading its AOF answers soon
+            return isinstance(exc, (BusyLoadingError, TryAgainError))
+
+        try:
+            retrying(loading, self.url)(self._redis.ping)
+            if durability:
+                self._check_durability()
+            result = retrying(loading, self.url)(
+                self._s_open, keys=[self._k.meta, self._k.seq, self._k.runs, self._k.cks,
+                                    self._k.known],
+                args=[self.prefix, len(MIGRATIONS)])
+        except AuthenticationError as exc:
+            raise StoreUnavailable(f"{self.url!r} refused the credentials: {exc}",
+                                   url=self.url) from exc
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise StoreUnavailable(
+                f"cannot reach the Redis server of {self.url!r} ({type(exc).__name__}: {exc}); "
+                "check that it is running and the host and port are right",
+                url=self.url,
+            ) from exc
+        status = _str(result[0])
+        if status == "foreign":
+            name = _str(result[1])
+            raise ForeignSchemaError(
+                f"{self.url!r}: key {name!r} {_str(result[2])}; remit did not create it and left "
+                "it untouched. Use another prefix (?prefix=NAME) or another database.",
+                url=self.url, name=name,
+            )
+        if status == "newer":
+            found = int(result[1])
+            raise StoreVersionError(
+                f"{self.url!r} (prefix {self.prefix!r}) was written by a newer remit (key layout "
+                f"version {found}; this remit knows {len(MIGRATIONS)}). Upgrade remit-core to "
+                "open it.",
+                url=self.url, found=found, supported=len(MIGRATIONS),
+            )
+
+    def _config(self, name: str) -> str:
+        got = cast(Mapping[Any, Any], self._redis.config_get(name))
+        return next((_str(v) for k, v in got.items() if _str(k) == name), "")
+
+    def _check_durability(self) -> None:
+        """CV/EO need receipts that survive a restart: refuse a Redis that keeps nothing."""
+        try:
+            appendonly = self._config("appendonly").lower()
+            save = self._config("save").strip()
+        except ResponseError:
+            # a managed Redis may rename or forbid CONFIG; INFO still tells whether AOF is on
+            try:
+                info = self._redis.info("persistence")
+            except ResponseError:
+                info = {}
+            if str(info.get("aof_enabled", "")) == "1":
+                return
+            log.warning(
+                "remit: cannot verify that %s keeps its data across a restart (CONFIG is not "
+                "available and AOF is not reported on); effect receipts and claims may be lost "
+                "when the server restarts unless it persists its data", self.url)
+            return
+        if appendonly == "yes":
+            return
+        if not save:
+            raise DurabilityError(
+                f"{self.url!r} keeps nothing on disk (appendonly no, save \"\"): a restart would "
+                "lose committed checkpoints, effect receipts and claims, so effects could run "
+                "twice. Enable AOF on the server (appendonly yes in redis.conf, or CONFIG SET "
+                "appendonly yes), or add ?durability=none to the URL for tests and caches that "
+                "may lose everything.",
+                url=self.url,
+            )
+        log.warning(
+            "remit: %s persists by RDB snapshots only (save %r): records written since the last "
+            "snapshot are lost if the server crashes; enable appendonly yes for exactly-once "
+            "effects", self.url, save)
+
+    # --------------------------------------------------------------------------- checkpoints
+
+    def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
+                          exclusive_child: bool) -> tuple[int, str | None]:
+        k = self._k
+        r, ns = row.run_id, row.ns
+        args: list[Any] = [
+            self.prefix, r, ns, row.checkpoint_id, _flag(row.parent_id), row.parent_id or "",
+            row.kind, _flag(row.execution_id), row.execution_id or "", row.data, row.metadata,
+            json.dumps(row.versions, ensure_ascii=False, separators=(",", ":")),
+            "1" if exclusive_child else "0",
+        ]
+        for b in blobs:
+            args += [b.channel, b.version, b.value]
+        res = self._s_write_ck(
+            keys=[k.seq, k.ck(r, ns, row.checkpoint_id), k.nck(r, ns), k.rck(r), k.cks, k.runs,
+                  k.run(r), k.known, k.nss(r), k.blobs(r)],
+            args=args)
+        if len(res) == 2:
+            return 0, _str(res[1])
+        return int(res[0]), None
+
+    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None
+                         ) -> tuple[CheckpointRow, dict[str, bytes]] | None:
+        res = self._s_read_ck(keys=[self._k.nck(run_id, ns)],
+                              args=[self.prefix, run_id, ns, _flag(checkpoint_id),
+                                    checkpoint_id or ""])
+        return None if res is None else _entry(res)
+
+    def _read_writes(self, run_id: str, ns: str, checkpoint_id: str) -> list[WriteRow]:
+        raw = cast(dict[bytes, bytes], self._redis.hgetall(self._k.w(run_id, ns, checkpoint_id)))
+        rows = []
+        for packed in raw.values():
+            head, _, value = packed.partition(b"\n")
+            task_id, idx, channel, task_path = json.loads(head)
+            rows.append(WriteRow(run_id, ns, checkpoint_id, task_id, int(idx), channel, value,
+                                 task_path))
+        rows.sort(key=lambda w: (w.task_id, w.idx))
+        return rows
+
+    def _list_checkpoints(self, run_id: str | None, ns: str | None, before: str | None,
+                          limit: int | None, execution_ids: Sequence[str] | None
+                          ) -> list[tuple[CheckpointRow, dict[str, bytes]]]:
+        args: list[Any] = [self.prefix, _flag(run_id), run_id or "", _flag(ns), ns or "",
+                           _flag(before), before or "", "" if limit is None else int(limit),
+                           _flag(execution_ids), *(execution_ids or ())]
+        res = self._s_list_ck(keys=[self._k.cks, self._k.runs], args=args)
+        return [_entry(e) for e in res]
+
+    def _write_writes(self, rows: list[WriteRow], overwrite: bool) -> None:
+        k = self._k
+        keys: list[str] = [k.known]
+        args: list[Any] = [self.prefix, "1" if overwrite else "0"]
+        for w in rows:
+            keys += [k.w(w.run_id, w.ns, w.checkpoint_id), k.wrs(w.run_id)]
+            packed = _pack_write(w)
+            args += [w.run_id, f"{_esc(w.ns)}:{_esc(w.checkpoint_id)}",
+                     f"{_esc(w.task_id)}:{w.idx}", packed]
+        self._s_write_writes(keys=keys, args=args)
+
+    def _list_runs(self, limit: int | None) -> list[RunInfo]:
+        res = self._s_list_runs(keys=[self._k.runs],
+                                args=[self.prefix, "" if limit is None else int(limit)])
+        runs = [
+            RunInfo(_str(r), float(created), float(updated), int(n),
+                    None if latest is None else _str(latest), None if kind is None else _str(kind))
+            for r, created, updated, n, latest, kind in res
+        ]
+        runs.sort(key=lambda x: (-x.updated_at, x.run_id))
+        return runs if limit is None or limit < 0 else runs[:limit]
+
+    def _delete_run(self, run_id: str) -> None:
+        self._s_delete_run(keys=[self._k.run(run_id)], args=[self.prefix, run_id])
+
+    def _copy_run(self, source: str, target: str) -> None:
+        k = self._k
+        self._s_copy_run(keys=[k.seq, k.runs, k.known, k.cks, k.run(source), k.run(target)],
+                         args=[self.prefix, source, target])
+
+    def _prune_run(self, run_id: str, keep_latest: int) -> None:
+        self._s_prune(keys=[self._k.nss(run_id), self._k.rck(run_id)],
+                      args=[self.prefix, run_id, int(keep_latest)])
+
+    def _delete_executions(self, execution_ids: list[str]) -> None:
+        self._s_delete_ex(keys=[], args=[self.prefix, *execution_ids])
+
+    def _usage(self, run_id: str | None) -> dict[str, int]:
+        res = self._s_usage(keys=[self._k.known], args=[self.prefix, _flag(run_id), run_id or ""])
+        names = ("checkpoints", "blobs", "blob_bytes", "writes", "receipts", "claims")
+        return {n: int(v) for n, v in zip(names, res, strict=True)}
+
+    # ------------------------------------------------------------------------------ receipts
+
+    def _start_receipt(self, key: str, run_id: str, step: str, name: str, ordinal: int,
+                       owner: str, lease: float, may_take_over: bool
+                       ) -> tuple[ReceiptOutcome, ReceiptRow]:
+        k = self._k
+        outcome, h = self._s_start_rc(
+            keys=[k.rc(key), k.rcs(run_id), k.known],
+            args=[self.prefix, key, run_id, step, name, int(ordinal), owner, repr(float(lease)),
+                  "1" if may_take_over else "0"])
+        return cast(ReceiptOutcome, _str(outcome)), _rc_row(_hash(h))
+
+    def _complete_receipt(self, key: str, owner: str, fence: int, result: bytes) -> bool:
+        return bool(self._s_complete_rc(keys=[self._k.rc(key)],
+                                        args=[self.prefix, owner, int(fence), result]))
+
+    def _release_receipt(self, key: str, owner: str, fence: int) -> bool:
+        return bool(self._s_release_rc(keys=[self._k.rc(key)],
+                                       args=[self.prefix, owner, int(fence), key]))
+
+    def _renew_receipt(self, key: str, owner: str, fence: int, lease: float) -> bool:
+        return bool(self._s_renew(keys=[self._k.rc(key)],
+                                  args=[self.prefix, owner, int(fence), repr(float(lease)),
+                                        "started"]))
+
+    def _get_receipt(self, key: str) -> ReceiptRow | None:
+        h = _hash(cast(dict[bytes, bytes], self._redis.hgetall(self._k.rc(key))))
+        return _rc_row(h) if h else None
+
+    def _list_receipts(self, run_id: str | None) -> list[ReceiptRow]:
+        res = self._s_list_records(keys=[self._k.known],
+                                   args=[self.prefix, _flag(run_id), run_id or "", "rc", "rcs"])
+        rows = [_rc_row(_hash(h)) for h in res]
+        rows.sort(key=lambda r: (r.started_at, r.key))
+        return rows
+
+    def _resolve_receipt(self, key: str, result: bytes) -> bool:
+        return bool(self._s_resolve_rc(keys=[self._k.rc(key)], args=[self.prefix, result]))
+
+    def _reset_receipt(self, key: str) -> None:
+        self._s_reset(keys=[self._k.rc(key)], args=[self.prefix, key, "rcs"])
+
+    # -------------------------------------------------------------------------------- claims
+
+    def _claim(self, key: str, run_id: str, owner: str, lease: float, digest: str | None,
+               value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
+        k = self._k
+        outcome, h = self._s_claim(
+            keys=[k.cl(key), k.cls(run_id), k.known],
+            args=[self.prefix, key, run_id, owner, repr(float(lease)), _flag(digest),
+                  digest or "", _flag(value), value or b""])
+        return cast(ClaimOutcome, _str(outcome)), _cl_row(_hash(h))
+
+    def _consume_claim(self, key: str, owner: str, fence: int, digest: str | None
+                       ) -> tuple[bool, ClaimRow | None]:
+        ok, h = self._s_consume(keys=[self._k.cl(key)],
+                                args=[self.prefix, owner, int(fence), _flag(digest), digest or ""])
+        return bool(ok), None if h is None else _cl_row(_hash(h))
+
+    def _release_claim(self, key: str, owner: str, fence: int) -> bool:
+        return bool(self._s_release_cl(keys=[self._k.cl(key)],
+                                       args=[self.prefix, owner, int(fence)]))
+
+    def _renew_claim(self, key: str, owner: str, fence: int, lease: float) -> bool:
+        return bool(self._s_renew(keys=[self._k.cl(key)],
+                                  args=[self.prefix, owner, int(fence), repr(float(lease)),
+                                        "claimed"]))
+
+    def _get_claim(self, key: str) -> ClaimRow | None:
+        h = _hash(cast(dict[bytes, bytes], self._redis.hgetall(self._k.cl(key))))
+        return _cl_row(h) if h else None
+
+    def _list_claims(self, run_id: str | None) -> list[ClaimRow]:
+        res = self._s_list_records(keys=[self._k.known],
+                                   args=[self.prefix, _flag(run_id), run_id or "", "cl", "cls"])
+        rows = [_cl_row(_hash(h)) for h in res]
+        rows.sort(key=lambda r: (r.claimed_at, r.key))
+        return rows
+
+
+__all__ = ["MIGRATIONS", "RedisStore"]
