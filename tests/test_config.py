@@ -18,6 +18,9 @@ def test_mask_url() -> None:
         "postgresql://bob:***@db:5432/x?schema=s"
     assert mask_url("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
     assert mask_url("sqlite:///a.db") == "sqlite:///a.db"
+    assert mask_url("postgresql://u:secret@h:port/db") == "postgresql://u:***@h:port/db"
+    assert "secret" not in mask_url("postgresql://h/db?user=u&password=secret&sslmode=off")
+    assert "sslmode=off" in mask_url("postgresql://h/db?user=u&password=secret&sslmode=off")
 
 
 @pytest.mark.parametrize("url, fragment", [

@@ -7,6 +7,7 @@ not a sleep), so the next operations are certain to meet the outage.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
@@ -78,10 +79,8 @@ def private_pg() -> Iterator[PrivatePostgres]:
     try:
         yield pg
     finally:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):
             pg.stop()
-        except subprocess.CalledProcessError:
-            pass
         shutil.rmtree(root, ignore_errors=True)
 
 

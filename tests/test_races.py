@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from remit_core import open_store
 from remit_core.store import new_owner
-
 from tests import workers
 
 CTX = mp.get_context("spawn")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+
 from remit_core import (
     ConsumeConflict,
     CorruptRecord,

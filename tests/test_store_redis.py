@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import redis
 from redis import exceptions as rx
+
 from remit_core import ConsumeConflict, open_store
 from remit_core.errors import (
     DurabilityError,
@@ -34,7 +35,6 @@ from remit_core.errors import (
 )
 from remit_core.store import Store, new_owner
 from remit_core.store.redis import MIGRATIONS, RedisStore
-
 from tests.conftest import REDIS_SHARED, free_port, unavailable, wait_for_port
 
 pytestmark = pytest.mark.redis

@@ -1,0 +1,902 @@
+"""PostgreSQL backend: psycopg 3 with a psycopg-pool connection pool.
+
+Many processes on many hosts share one store. Every contract primitive is one
+transaction (or one autocommit statement); the decisions of the receipt and
+claim tables are taken under a row lock (``INSERT ... ON CONFLICT DO NOTHING``
+then ``SELECT ... FOR UPDATE``), and every time -- timestamps and lease expiry
+-- is the *server's* clock (``clock_timestamp()``), so hosts with skewed clocks
+still agree on who holds a lease.
+
+URL: ``postgresql://user:password@host:5432/db?schema=NAME&lease=30&pool_min=1&pool_max=10``.
+remit's own options (``schema``, ``lease``, ``pool_min``, ``pool_max``, ``pool_timeout``)
+are removed before the URL reaches libpq; every other query parameter (``sslmode``,
+``connect_timeout``, ``application_name``, ...) is passed through, and libpq rejects
+unknown ones. All of remit's tables live in ``schema`` (default ``public``), created when
+missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, ParamSpec, TypeVar
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import psycopg
+import psycopg.errors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from remit_core.errors import (
+    ForeignSchemaError,
+    StoreConfigError,
+    StoreUnavailable,
+    StoreVersionError,
+)
+from remit_core.records import (
+    BlobRow,
+    CheckpointRow,
+    ClaimOutcome,
+    ClaimRow,
+    ReceiptOutcome,
+    ReceiptRow,
+    RunInfo,
+    WriteRow,
+)
+from remit_core.serde import Serde
+from remit_core.store.base import Store
+from remit_core.urls import mask_url, split_options
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
+          "remit_receipts", "remit_claims")
+
+# Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
+# Each script runs in the migration transaction with ``search_path`` set to the store's
+# schema (SET LOCAL), so the scripts name tables unqualified.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE remit_runs (
+        run_id TEXT PRIMARY KEY,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE remit_checkpoints (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        ns TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        parent_id TEXT,
+        kind TEXT NOT NULL,
+        execution_id TEXT,
+        data BYTEA NOT NULL,
+        metadata BYTEA NOT NULL,
+        versions JSONB NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        UNIQUE (run_id, ns, checkpoint_id)
+    );
+    CREATE INDEX remit_checkpoints_latest ON remit_checkpoints (run_id, ns, seq DESC);
+    CREATE INDEX remit_checkpoints_parent ON remit_checkpoints (run_id, ns, parent_id, kind);
+    CREATE INDEX remit_checkpoints_execution ON remit_checkpoints (execution_id)
+        WHERE execution_id IS NOT NULL;
+    CREATE TABLE remit_blobs (
+        run_id TEXT NOT NULL,
+        ns TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        version TEXT NOT NULL,
+        value BYTEA NOT NULL,
+        PRIMARY KEY (run_id, ns, channel, version)
+    );
+    CREATE TABLE remit_writes (
+        run_id TEXT NOT NULL,
+        ns TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        channel TEXT NOT NULL,
+        value BYTEA NOT NULL,
+        task_path TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (run_id, ns, checkpoint_id, task_id, idx)
+    );
+    CREATE TABLE remit_receipts (
+        key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        step TEXT NOT NULL,
+        name TEXT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        owner TEXT,
+        fence BIGINT NOT NULL,
+        lease_until DOUBLE PRECISION NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL,
+        completed_at DOUBLE PRECISION,
+        result BYTEA,
+        attempt INTEGER NOT NULL
+    );
+    CREATE INDEX remit_receipts_run ON remit_receipts (run_id);
+    CREATE TABLE remit_claims (
+        key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        owner TEXT,
+        fence BIGINT NOT NULL,
+        lease_until DOUBLE PRECISION NOT NULL,
+        digest TEXT,
+        value BYTEA,
+        claimed_at DOUBLE PRECISION NOT NULL,
+        consumed_at DOUBLE PRECISION
+    );
+    CREATE INDEX remit_claims_run ON remit_claims (run_id);
+    """,
+]
+
+#: the server clock as epoch seconds; one reading per evaluation
+NOW = "extract(epoch from clock_timestamp())::float8"
+
+# Key (first half) of the transaction-level advisory lock that serialises migrations of
+# one schema; the second half is a hash of the schema name. The two-int4 key space of
+# advisory locks does not overlap the bigint one used for the per-run locks below.
+MIGRATION_LOCK = 0x52454D54  # "REMT"
+
+SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+_CK_COLS = ("c.run_id, c.ns, c.checkpoint_id, c.parent_id, c.kind, c.execution_id, c.data, "
+            "c.metadata, c.versions, c.created_at, c.seq")
+_RC_COLS = ("key, run_id, step, name, ordinal, status, owner, fence, lease_until, started_at, "
+            "completed_at, result, attempt")
+_CL_COLS = ("key, run_id, status, owner, fence, lease_until, digest, value, claimed_at, "
+            "consumed_at")
+
+_URI_SECRET = re.compile(r"(://[^/?#@\s:]*:)[^@\s]*@")
+_KV_SECRET = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\"]*)", re.I)
+
+
+def mask(url: str) -> str:
+    """``mask_url``, which also masks the ``password=`` / ``sslpassword=`` parameters."""
+    return mask_url(url)
+
+
+def scrub(text: str, secrets: Sequence[str | None] = ()) -> str:
+    """A driver message with every password in it replaced by ``***``, on one line."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    text = _URI_SECRET.sub(r"\1***@", text)
+    text = _KV_SECRET.sub(r"\1***", text)
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _hash64(text: str) -> int:
+    """A stable signed 64-bit hash (the same on every host, unlike ``hash()``)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big",
+                          signed=True)
+
+
+def _hash32(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "big",
+                          signed=True)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """The connection itself failed (not a statement): reset, server restart, refused."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, PoolClosed):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def _ck(r: Sequence[Any]) -> tuple[CheckpointRow, dict[str, bytes]]:
+    row = CheckpointRow(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]),
+                        dict(r[8]), float(r[9]), int(r[10]))
+    channels, values = r[11] or [], r[12] or []
+    return row, {ch: bytes(v) for ch, v in zip(channels, values, strict=True)}
+
+
+def _rc(r: Sequence[Any]) -> ReceiptRow:
+    return ReceiptRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+                      None if r[11] is None else bytes(r[11]), r[12])
+
+
+def _cl(r: Sequence[Any]) -> ClaimRow:
+    return ClaimRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6],
+                    None if r[7] is None else bytes(r[7]), r[8], r[9])
+
+
+class PostgresStore(Store):
+    """A store in one schema of a PostgreSQL database, shared by many hosts."""
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset(
+        {"lease", "schema", "pool_min", "pool_max", "pool_timeout"})
+    DEFAULT_CONNECT_TIMEOUT: ClassVar[int] = 5
+
+    def __init__(self, url: str, conninfo: str, schema: str, *, serde: Serde | None,
+                 lease: float, pool_min: int = 1, pool_max: int = 10,
+                 pool_timeout: float = 10.0, secrets: Sequence[str | None] = ()) -> None:
+        super().__init__(mask(url), serde=serde, lease=lease)
+        self.schema = schema
+        self._conninfo = conninfo
+        self._secrets = [s for s in secrets if s]
+        self._pool_min = pool_min
+        self._pool_max = pool_max
+        self._pool_timeout = pool_timeout
+        self._connect_timeout = float(str(
+            conninfo_to_dict(conninfo).get("connect_timeout", self.DEFAULT_CONNECT_TIMEOUT)))
+        q = f'"{schema}"'  # schema is validated against SCHEMA_NAME: no quote can occur
+        self._meta = f"{q}.remit_meta"
+        self._runs = f"{q}.remit_runs"
+        self._ck = f"{q}.remit_checkpoints"
+        self._bl = f"{q}.remit_blobs"
+        self._wr = f"{q}.remit_writes"
+        self._rc = f"{q}.remit_receipts"
+        self._cl = f"{q}.remit_claims"
+        # Checkpoint rows joined with the blob of each channel at its version: one statement
+        # (jsonb_each_text over versions, as the SQLite backend does with json_each).
+        self._ck_select = (
+            f"SELECT {_CK_COLS}, b.channels, b.vals FROM {self._ck} AS c "
+            "CROSS JOIN LATERAL (SELECT array_agg(j.key) AS channels, array_agg(bl.value) AS vals "
+            f"FROM jsonb_each_text(c.versions) AS j JOIN {self._bl} AS bl ON bl.run_id = c.run_id "
+            "AND bl.ns = c.ns AND bl.channel = j.key AND bl.version = j.value) AS b"
+        )
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pid = os.getpid()
+        self._inherited: list[ConnectionPool[Conn]] = []
+        self._migrate()
+        self._pool = self._new_pool()
+        try:
+            self._pool.open(wait=True, timeout=self._connect_timeout + 5.0)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreUnavailable(
+                f"cannot open a connection pool to PostgreSQL at {self.url!r} within "
+                f"{self._connect_timeout + 5.0:.0f} s ({scrub(str(exc), self._secrets)}).",
+                url=self.url,
+            ) from exc
+
+    # --------------------------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
+             **options: Any) -> PostgresStore:
+        from remit_core.store import parse_lease
+
+        masked = mask(url)
+
+        def bad(msg: str) -> StoreConfigError:
+            return StoreConfigError(f"{msg} (in {masked!r})", url=masked)
+
+        try:
+            parts = urlsplit(url)
+            password = parts.password
+            _ = parts.port  # raises ValueError on a non-numeric port
+        except ValueError as exc:
+            raise bad(f"malformed PostgreSQL URL: {scrub(str(exc), [])}") from None
+        scheme = parts.scheme.lower().split("+", 1)[0]
+        if scheme not in ("postgresql", "postgres"):
+            raise bad(f"not a PostgreSQL URL (scheme {parts.scheme!r}); use postgresql://")
+        opts, rest = split_options(parts.query, cls.OPTIONS)
+        for key in sorted(cls.OPTIONS - {"lease"}):
+            given_value = options.pop(key, None)
+            if given_value is not None and key not in opts:
+                opts[key] = str(given_value)
+        schema = opts.get("schema", "public")
+        if not SCHEMA_NAME.fullmatch(schema) or schema.lower().startswith("pg_"):
+            raise bad(
+                f"option schema={schema!r} is not a usable schema name: use 1-63 letters, "
+                "digits and underscores, starting with a letter or underscore and not with "
+                "'pg_' (for example schema=remit)")
+
+        def number(key: str, default: float, kind: type[int] | type[float]) -> Any:
+            raw = opts.get(key)
+            if raw is None:
+                return kind(default)
+            try:
+                return kind(raw)
+            except ValueError:
+                raise bad(f"option {key}={raw!r} must be a {kind.__name__}") from None
+
+        pool_min = number("pool_min", 1, int)
+        pool_max = number("pool_max", max(10, pool_min), int)
+        pool_timeout = number("pool_timeout", 10.0, float)
+        if pool_min < 0 or pool_max < 1 or pool_max < pool_min:
+            raise bad(f"pool_min={pool_min} and pool_max={pool_max} must satisfy "
+                      "0 <= pool_min <= pool_max and pool_max >= 1")
+        if pool_timeout <= 0:
+            raise bad(f"option pool_timeout={pool_timeout} must be a positive number of seconds")
+
+        base = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
+        params = {str(k): v for k, v in options.items() if v is not None}
+        try:
+            given = conninfo_to_dict(base, **params)
+            if "connect_timeout" not in given:
+                params["connect_timeout"] = cls.DEFAULT_CONNECT_TIMEOUT
+            if "application_name" not in given and "PGAPPNAME" not in os.environ:
+                params["application_name"] = "remit"
+            conninfo = make_conninfo(base, **params)
+        except psycopg.Error as exc:
+            raise bad(f"invalid PostgreSQL URL: {scrub(str(exc), [password])}; remit's own "
+                      f"options are {', '.join(sorted(cls.OPTIONS))}, every other parameter "
+                      "goes to libpq") from None
+        timeout = str(conninfo_to_dict(conninfo)["connect_timeout"])
+        try:
+            float(timeout)
+        except ValueError:
+            raise bad(f"option connect_timeout={timeout!r} must be a number of seconds") from None
+        return cls(url, conninfo, schema, serde=serde,
+                   lease=parse_lease(opts.get("lease"), url, lease), pool_min=pool_min,
+                   pool_max=pool_max, pool_timeout=pool_timeout,
+                   secrets=[password, str(given.get("password") or "")])
+
+    def _unavailable(self, exc: BaseException, doing: str, when: str = "") -> StoreUnavailable:
+        return StoreUnavailable(
+            f"{doing} PostgreSQL at {self.url!r} failed{when} "
+            f"({scrub(str(exc), self._secrets)}). "
+            "Check that the server is running and that the URL (host, port, database, user) "
+            "is right.",
+            url=self.url,
+        )
+
+    def _new_pool(self) -> ConnectionPool[Conn]:
+        # No check-on-checkout (ConnectionPool.check_connection): it costs a round trip on
+        # every operation and, after a server restart, sleeps >= 1 s per dead idle connection
+        # it meets. Instead, a connection error is retried (every operation is safe to
+        # repeat), the pool discards the broken connection when it comes back, and _conn()
+        # sweeps the other idle connections (pool.check()), which died with it, so the retry
+        # gets a fresh connection.
+        return ConnectionPool(
+            self._conninfo, connection_class=psycopg.Connection, kwargs={"autocommit": True},
+            min_size=self._pool_min, max_size=self._pool_max, open=False,
+            timeout=self._pool_timeout, name=f"remit-{self.schema}",
+        )
+
+    # ----------------------------------------------------------------------------- connections
+
+    def _get_pool(self) -> ConnectionPool[Conn]:
+        if self._pid != os.getpid() and not self._closed:
+            # A forked child must not use its parent's sockets: give it its own pool. The
+            # parent's pool is kept referenced (never closed or collected here).
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._inherited.append(self._pool)
+                    self._pool = self._new_pool()
+                    self._pool.open()
+                    self._pid = os.getpid()
+        return self._pool
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[Conn]:
+        """A pooled autocommit connection: one statement is one transaction."""
+        pool = self._get_pool()
+        try:
+            with pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            if _connection_lost(exc) and not isinstance(exc, PoolTimeout) and not self._closed:
+                with contextlib.suppress(Exception):
+                    pool.check()  # drop the idle connections that died with this one
+            raise
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[Conn]:
+        """One transaction (BEGIN ... COMMIT, ROLLBACK on any error)."""
+        with self._conn() as conn, conn.transaction():
+            yield conn
+
+    def _lock_runs(self, conn: Conn, *run_ids: str) -> None:
+        """Serialise the checkpoint writes and garbage collection of these runs.
+
+        A transaction-level advisory lock on a hash of (schema, run_id), taken in sorted
+        order so that two lockers of several runs cannot deadlock (a hash collision only
+        makes two runs wait for each other). It must be its own statement, *before* any
+        check: under READ COMMITTED each statement reads a fresh snapshot, so the check
+        that follows sees every write committed by the previous holder.
+        """
+        for key in sorted({_hash64(f"{self.schema}\x1f{r}") for r in run_ids}):
+            conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (key,))
+
+    def _close(self) -> None:
+        self._closed = True
+        if self._pid == os.getpid():
+            self._pool.close()
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        # OperationalError covers a lost or refused connection (sqlstate None or 08xxx), the
+        # server shutting down or starting (57P01-57P03, AdminShutdown, CannotConnectNow),
+        # SerializationFailure and DeadlockDetected (40xxx), lock and statement timeouts,
+        # too many connections, and the pool's PoolTimeout. IntegrityError, ProgrammingError,
+        # DataError ... are not OperationalError and are never retried.
+        if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, PoolClosed):
+            return False
+        state = exc.sqlstate or ""
+        return not state.startswith("54")  # program limit exceeded: repeating cannot help
+
+    def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return super()._call(fn, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            if _connection_lost(exc):
+                raise self._unavailable(exc, "using", " after bounded retries") from exc
+            raise
+
+    # ------------------------------------------------------------------------------ migrations
+
+    def _migrate(self) -> None:
+        try:
+            conn = psycopg.connect(self._conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            msg = str(exc)
+            if re.search(r"invalid \w+ value|invalid connection option|invalid integer value",
+                         msg):
+                raise StoreConfigError(
+                    f"invalid connection option in {self.url!r}: {scrub(msg, self._secrets)}",
+                    url=self.url) from None
+            raise self._unavailable(exc, "connecting to") from None
+        with conn:
+            try:
+                self._migrate_on(conn)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise StoreConfigError(
+                    f"{self.url!r}: the user may not create remit's tables in schema "
+                    f"{self.schema!r} ({scrub(str(exc), self._secrets)}). Grant it CREATE on "
+                    "the schema (or the database), or pick a schema it owns with ?schema=NAME.",
+                    url=self.url) from exc
+            except psycopg.Error as exc:
+                raise self._unavailable(exc, f"preparing schema {self.schema!r} of") from exc
+
+    def _migrate_on(self, conn: Conn) -> None:
+        with conn.transaction():
+            # Concurrent openers of one schema run this one at a time; the statements after
+            # the lock see everything the previous holder committed (READ COMMITTED). An
+            # opener stuck holding the lock makes the others fail after lock_timeout, not hang.
+            conn.execute("SET LOCAL lock_timeout = '60s'")
+            conn.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)",
+                         (MIGRATION_LOCK, _hash32(self.schema)))
+            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                            (self.schema,)).fetchone() is None:
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+            names = {r[0] for r in conn.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relname = ANY(%s::text[])",
+                (self.schema, list(TABLES)))}
+            if "remit_meta" not in names:
+                foreign = sorted(names)
+                if foreign:
+                    raise ForeignSchemaError(
+                        f"{self.url!r} already has table(s) {', '.join(foreign)} in schema "
+                        f"{self.schema!r} that remit did not create (no remit_meta table); "
+                        "remit left them untouched. Use another schema (?schema=NAME), or "
+                        "rename those tables.",
+                        url=self.url, name=foreign[0],
+                    )
+                conn.execute(f"CREATE TABLE {self._meta} (key TEXT PRIMARY KEY, "
+                             "value TEXT NOT NULL)")
+                conn.execute(f"INSERT INTO {self._meta} VALUES ('schema', 'remit'), "
+                             "('version', '0')")
+            try:
+                meta = {str(k): str(v) for k, v in conn.execute(
+                    f"SELECT key::text, value::text FROM {self._meta}")}
+            except (psycopg.errors.UndefinedColumn, psycopg.errors.WrongObjectType):
+                meta = {}
+            version_text = meta.get("version", "")
+            if meta.get("schema") != "remit" or not version_text.isdigit():
+                raise ForeignSchemaError(
+                    f"{self.url!r} has a remit_meta table in schema {self.schema!r} that remit "
+                    "did not write; remit left it untouched. Use another schema (?schema=NAME).",
+                    url=self.url, name="remit_meta",
+                )
+            version = int(version_text)
+            if version > len(MIGRATIONS):
+                raise StoreVersionError(
+                    f"{self.url!r} (schema {self.schema!r}) was written by a newer remit "
+                    f"(schema version {version}; this remit knows {len(MIGRATIONS)}). "
+                    "Upgrade remit-core to open it.",
+                    url=self.url, found=version, supported=len(MIGRATIONS),
+                )
+            if version == len(MIGRATIONS):
+                return  # up to date: reopening writes nothing
+            conn.execute(f'SET LOCAL search_path TO "{self.schema}"')
+            for script in MIGRATIONS[version:]:
+                conn.execute(script)
+            conn.execute(f"UPDATE {self._meta} SET value = %s WHERE key = 'version'",
+                         (str(len(MIGRATIONS)),))
+
+    # ----------------------------------------------------------------------------- checkpoints
+
+    def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
+                          exclusive_child: bool) -> tuple[int, str | None]:
+        with self._tx() as conn:
+            # exclusive_child (CO) is race-free because every checkpoint write of a run holds
+            # the run's advisory lock (see _lock_runs) from before the check until commit: two
+            # writers of children of one parent run the check-then-insert one after the other,
+            # and the second one's check sees the first one's child. A lock per run (not per
+            # parent) also makes seq order equal commit order within a run, so "latest" never
+            # goes back, and keeps prune_run's blob collection from deleting a blob that a
+            # concurrent writer just found present and skipped. Writers of one run already
+            # queue on its remit_runs row, so this costs no concurrency.
+            self._lock_runs(conn, row.run_id)
+            if exclusive_child and row.parent_id is not None:
+                other = conn.execute(
+                    f"SELECT checkpoint_id FROM {self._ck} WHERE run_id = %s AND ns = %s "
+                    "AND parent_id = %s AND kind = %s AND checkpoint_id <> %s LIMIT 1",
+                    (row.run_id, row.ns, row.parent_id, row.kind, row.checkpoint_id),
+                ).fetchone()
+                if other is not None:
+                    return 0, str(other[0])
+            # One statement: the absent blobs, the run, the checkpoint (upsert keeps seq).
+            seq = conn.execute(
+                f"WITH now AS (SELECT {NOW} AS t), "
+                f"blobs AS (INSERT INTO {self._bl} (run_id, ns, channel, version, value) "
+                "SELECT %(run)s::text, %(ns)s::text, u.channel, u.version, u.value "
+                "FROM unnest(%(channels)s::text[], %(versions)s::text[], %(values)s::bytea[]) "
+                "AS u(channel, version, value) ON CONFLICT DO NOTHING), "
+                f"run AS (INSERT INTO {self._runs} (run_id, created_at, updated_at) "
+                "SELECT %(run)s::text, t, t FROM now "
+                "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at) "
+                f"INSERT INTO {self._ck} (run_id, ns, checkpoint_id, parent_id, kind, "
+                "execution_id, data, metadata, versions, created_at) "
+                "SELECT %(run)s::text, %(ns)s::text, %(cid)s::text, %(parent)s::text, "
+                "%(kind)s::text, %(execution)s::text, %(data)s::bytea, %(metadata)s::bytea, "
+                "%(vmap)s::jsonb, t FROM now "
+                "ON CONFLICT (run_id, ns, checkpoint_id) DO UPDATE SET "
+                "parent_id = excluded.parent_id, kind = excluded.kind, "
+                "execution_id = excluded.execution_id, data = excluded.data, "
+                "metadata = excluded.metadata, versions = excluded.versions "
+                "RETURNING seq",
+                {"run": row.run_id, "ns": row.ns, "cid": row.checkpoint_id,
+                 "parent": row.parent_id, "kind": row.kind, "execution": row.execution_id,
+                 "data": row.data, "metadata": row.metadata, "vmap": Jsonb(row.versions),
+                 "channels": [b.channel for b in blobs], "versions": [b.version for b in blobs],
+                 "values": [b.value for b in blobs]},
+            ).fetchone()
+            assert seq is not None
+            return int(seq[0]), None
+
+    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None
+                         ) -> tuple[CheckpointRow, dict[str, bytes]] | None:
+        # One statement: the latest is one descent of (run_id, ns, seq DESC); the blobs come
+        # with it through the lateral join.
+        with self._conn() as conn:
+            if checkpoint_id is None:
+                r = conn.execute(
+                    f"{self._ck_select} WHERE c.run_id = %s AND c.ns = %s "
+                    "ORDER BY c.seq DESC LIMIT 1", (run_id, ns), binary=True).fetchone()
+            else:
+                r = conn.execute(
+                    f"{self._ck_select} WHERE c.run_id = %s AND c.ns = %s "
+                    "AND c.checkpoint_id = %s", (run_id, ns, checkpoint_id),
+                    binary=True).fetchone()
+        return None if r is None else _ck(r)
+
+    def _read_writes(self, run_id: str, ns: str, checkpoint_id: str) -> list[WriteRow]:
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT task_id, idx, channel, value, task_path FROM {self._wr} "
+                "WHERE run_id = %s AND ns = %s AND checkpoint_id = %s "
+                'ORDER BY task_id COLLATE "C", idx',
+                (run_id, ns, checkpoint_id), binary=True).fetchall()
+        return [WriteRow(run_id, ns, checkpoint_id, t, i, ch, bytes(v), p)
+                for t, i, ch, v, p in rows]
+
+    def _list_checkpoints(self, run_id: str | None, ns: str | None, before: str | None,
+                          limit: int | None, execution_ids: Sequence[str] | None
+                          ) -> list[tuple[CheckpointRow, dict[str, bytes]]]:
+        where: list[str] = []
+        args: list[Any] = []
+        if run_id is not None:
+            where.append("c.run_id = %s")
+            args.append(run_id)
+        if ns is not None:
+            where.append("c.ns = %s")
+            args.append(ns)
+        if execution_ids is not None:
+            where.append("c.execution_id = ANY(%s::text[])")
+            args.append(list(execution_ids))
+        if before is not None:
+            # no such checkpoint -> seq < NULL -> nothing, as in the SQLite backend
+            sub = f"SELECT min(seq) FROM {self._ck} WHERE checkpoint_id = %s"
+            args.append(before)
+            if run_id is not None:
+                sub += " AND run_id = %s"
+                args.append(run_id)
+            where.append(f"c.seq < ({sub})")
+        sql = self._ck_select
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY c.seq DESC LIMIT %s"
+        args.append(None if limit is None else int(limit))
+        with self._conn() as conn:
+            return [_ck(r) for r in conn.execute(sql, args, binary=True).fetchall()]
+
+    def _write_writes(self, rows: list[WriteRow], overwrite: bool) -> None:
+        action = ("DO UPDATE SET channel = excluded.channel, value = excluded.value, "
+                  "task_path = excluded.task_path") if overwrite else "DO NOTHING"
+        with self._tx() as conn, conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {self._wr} (run_id, ns, checkpoint_id, task_id, idx, channel, "
+                "value, task_path) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                f"ON CONFLICT (run_id, ns, checkpoint_id, task_id, idx) {action}",
+                [(w.run_id, w.ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.value,
+                  w.task_path) for w in rows],
+            )
+
+    def _list_runs(self, limit: int | None) -> list[RunInfo]:
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT r.run_id, r.created_at, r.updated_at, "
+                f"(SELECT count(*) FROM {self._ck} c WHERE c.run_id = r.run_id), "
+                f"l.checkpoint_id, l.kind FROM {self._runs} r LEFT JOIN LATERAL "
+                f"(SELECT checkpoint_id, kind FROM {self._ck} c2 WHERE c2.run_id = r.run_id "
+                "ORDER BY c2.seq DESC LIMIT 1) l ON true "
+                'ORDER BY r.updated_at DESC, r.run_id COLLATE "C" LIMIT %s',
+                (None if limit is None else int(limit),)).fetchall()
+        return [RunInfo(r[0], r[1], r[2], int(r[3]), r[4], r[5]) for r in rows]
+
+    def _delete_run(self, run_id: str) -> None:
+        with self._tx() as conn:
+            self._lock_runs(conn, run_id)
+            for table in (self._ck, self._bl, self._wr, self._rc, self._cl, self._runs):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = %s", (run_id,))
+
+    def _copy_run(self, source: str, target: str) -> None:
+        with self._tx() as conn:
+            self._lock_runs(conn, source, target)
+            if conn.execute(f"SELECT 1 FROM {self._runs} WHERE run_id = %s",
+                            (source,)).fetchone() is None:
+                return
+            conn.execute(
+                f"INSERT INTO {self._runs} (run_id, created_at, updated_at) "
+                f"SELECT %s::text, t, t FROM (SELECT {NOW} AS t) AS n "
+                "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at", (target,))
+            conn.execute(
+                f"INSERT INTO {self._ck} (run_id, ns, checkpoint_id, parent_id, kind, "
+                "execution_id, data, metadata, versions, created_at) "
+                "SELECT %s::text, ns, checkpoint_id, parent_id, kind, execution_id, data, "
+                f"metadata, versions, created_at FROM {self._ck} WHERE run_id = %s ORDER BY seq "
+                "ON CONFLICT (run_id, ns, checkpoint_id) DO NOTHING", (target, source))
+            conn.execute(
+                f"INSERT INTO {self._bl} (run_id, ns, channel, version, value) "
+                f"SELECT %s::text, ns, channel, version, value FROM {self._bl} "
+                "WHERE run_id = %s ON CONFLICT DO NOTHING", (target, source))
+            conn.execute(
+                f"INSERT INTO {self._wr} (run_id, ns, checkpoint_id, task_id, idx, channel, "
+                "value, task_path) SELECT %s::text, ns, checkpoint_id, task_id, idx, channel, "
+                f"value, task_path FROM {self._wr} WHERE run_id = %s ON CONFLICT DO NOTHING",
+                (target, source))
+
+    def _drop_orphans(self, conn: Conn, run_id: str) -> None:
+        conn.execute(
+            f"DELETE FROM {self._wr} AS w WHERE w.run_id = %s AND NOT EXISTS (SELECT 1 FROM "
+            f"{self._ck} c WHERE c.run_id = w.run_id AND c.ns = w.ns "
+            "AND c.checkpoint_id = w.checkpoint_id)", (run_id,))
+        conn.execute(
+            f"DELETE FROM {self._bl} AS b WHERE b.run_id = %s AND NOT EXISTS (SELECT 1 FROM "
+            f"{self._ck} c CROSS JOIN LATERAL jsonb_each_text(c.versions) j "
+            "WHERE c.run_id = b.run_id AND c.ns = b.ns AND j.key = b.channel "
+            "AND j.value = b.version)", (run_id,))
+
+    def _prune_run(self, run_id: str, keep_latest: int) -> None:
+        with self._tx() as conn:
+            self._lock_runs(conn, run_id)
+            conn.execute(
+                f"DELETE FROM {self._ck} WHERE run_id = %s AND seq NOT IN (SELECT seq FROM "
+                "(SELECT seq, row_number() OVER (PARTITION BY ns ORDER BY seq DESC) AS rn "
+                f"FROM {self._ck} WHERE run_id = %s) AS ranked WHERE rn <= %s)",
+                (run_id, run_id, keep_latest))
+            self._drop_orphans(conn, run_id)
+
+    def _delete_executions(self, execution_ids: list[str]) -> None:
+        with self._tx() as conn:
+            runs = [r[0] for r in conn.execute(
+                f"SELECT DISTINCT run_id FROM {self._ck} WHERE execution_id = ANY(%s::text[])",
+                (execution_ids,))]
+            self._lock_runs(conn, *runs)
+            gone = {r[0] for r in conn.execute(
+                f"DELETE FROM {self._ck} WHERE execution_id = ANY(%s::text[]) RETURNING run_id",
+                (execution_ids,))}
+            for run_id in sorted(gone):
+                self._drop_orphans(conn, run_id)
+
+    def _usage(self, run_id: str | None) -> dict[str, int]:
+        where = "" if run_id is None else " WHERE run_id = %(run)s"
+        # One statement, so that the counts come from one snapshot.
+        with self._conn() as conn:
+            r = conn.execute(
+                f"SELECT (SELECT count(*) FROM {self._ck}{where}), "
+                f"(SELECT count(*) FROM {self._bl}{where}), "
+                f"(SELECT coalesce(sum(octet_length(value)), 0) FROM {self._bl}{where}), "
+                f"(SELECT count(*) FROM {self._wr}{where}), "
+                f"(SELECT count(*) FROM {self._rc}{where}), "
+                f"(SELECT count(*) FROM {self._cl}{where})",
+                {"run": run_id}).fetchone()
+        assert r is not None
+        keys = ("checkpoints", "blobs", "blob_bytes", "writes", "receipts", "claims")
+        return {k: int(v or 0) for k, v in zip(keys, r, strict=True)}
+
+    # -------------------------------------------------------------------------------- receipts
+
+    def _start_receipt(self, key: str, run_id: str, step: str, name: str, ordinal: int,
+                       owner: str, lease: float, may_take_over: bool
+                       ) -> tuple[ReceiptOutcome, ReceiptRow]:
+        with self._tx() as conn:
+            while True:
+                # none -> run. A concurrent inserter of the same key makes this wait for its
+                # commit and then do nothing; the row lock below decides the rest.
+                r = conn.execute(
+                    f"INSERT INTO {self._rc} (key, run_id, step, name, ordinal, status, owner, "
+                    "fence, lease_until, started_at, attempt) "
+                    "SELECT %s::text, %s::text, %s::text, %s::text, %s::int4, 'started', "
+                    f"%s::text, 1, t + %s::float8, t, 1 FROM (SELECT {NOW} AS t) AS n "
+                    f"ON CONFLICT (key) DO NOTHING RETURNING {_RC_COLS}",
+                    (key, run_id, step, name, ordinal, owner, lease)).fetchone()
+                if r is not None:
+                    return "run", _rc(r)
+                # now is read with the row; if this waited for the lock, now may be a little
+                # early, which can only make a lease look live longer (busy, never a wrong
+                # take-over).
+                r = conn.execute(
+                    f"SELECT {_RC_COLS}, {NOW} FROM {self._rc} WHERE key = %s FOR UPDATE",
+                    (key,)).fetchone()
+                if r is not None:
+                    break
+                # released or reset between the two statements: insert again
+            cur, now = _rc(r), float(r[13])
+            if cur.status == "completed":
+                return "done", cur
+            if cur.owner == owner:
+                return "run", cur
+            if cur.lease_until > now:
+                return "busy", cur
+            if not may_take_over:
+                return "in_doubt", cur
+            r = conn.execute(
+                f"UPDATE {self._rc} SET owner = %s, fence = fence + 1, attempt = attempt + 1, "
+                f"lease_until = {NOW} + %s WHERE key = %s RETURNING {_RC_COLS}",
+                (owner, lease, key)).fetchone()
+            assert r is not None
+            return "taken_over", _rc(r)
+
+    def _complete_receipt(self, key: str, owner: str, fence: int, result: bytes) -> bool:
+        with self._conn() as conn:
+            cur = conn.execute(
+                f"UPDATE {self._rc} SET status = 'completed', result = %s, completed_at = {NOW} "
+                "WHERE key = %s AND owner = %s AND fence = %s", (result, key, owner, fence))
+            return cur.rowcount == 1
+
+    def _release_receipt(self, key: str, owner: str, fence: int) -> bool:
+        with self._conn() as conn:
+            cur = conn.execute(
+                f"DELETE FROM {self._rc} WHERE key = %s AND owner = %s AND fence = %s "
+                "AND status = 'started'", (key, owner, fence))
+            return cur.rowcount == 1
+
+    def _renew_receipt(self, key: str, owner: str, fence: int, lease: float) -> bool:
+        with self._conn() as conn:
+            cur = conn.execute(
+                f"UPDATE {self._rc} SET lease_until = {NOW} + %s WHERE key = %s AND owner = %s "
+                "AND fence = %s AND status = 'started'", (lease, key, owner, fence))
+            return cur.rowcount == 1
+
+    def _get_receipt(self, key: str) -> ReceiptRow | None:
+        with self._conn() as conn:
+            r = conn.execute(f"SELECT {_RC_COLS} FROM {self._rc} WHERE key = %s",
+                             (key,)).fetchone()
+        return None if r is None else _rc(r)
+
+    def _list_receipts(self, run_id: str | None) -> list[ReceiptRow]:
+        where, args = ("", ()) if run_id is None else (" WHERE run_id = %s", (run_id,))
+        with self._conn() as conn:
+            rows = conn.execute(f"SELECT {_RC_COLS} FROM {self._rc}{where} "
+                                'ORDER BY started_at, key COLLATE "C"', args).fetchall()
+        return [_rc(r) for r in rows]
+
+    def _resolve_receipt(self, key: str, result: bytes) -> bool:
+        with self._conn() as conn:
+            cur = conn.execute(
+                f"UPDATE {self._rc} SET status = 'completed', result = %s, completed_at = {NOW} "
+                "WHERE key = %s", (result, key))
+            return cur.rowcount == 1
+
+    def _reset_receipt(self, key: str) -> None:
+        with self._conn() as conn:
+            conn.execute(f"DELETE FROM {self._rc} WHERE key = %s", (key,))
+
+    # ---------------------------------------------------------------------------------- claims
+
+    def _claim(self, key: str, run_id: str, owner: str, lease: float, digest: str | None,
+               value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
+        with self._tx() as conn:
+            while True:
+                # none -> won (16 racers: one inserts, the others wait for its commit and
+                # then find its row below, under a row lock).
+                r = conn.execute(
+                    f"INSERT INTO {self._cl} (key, run_id, status, owner, fence, lease_until, "
+                    "digest, value, claimed_at) SELECT %s::text, %s::text, 'claimed', %s::text, "
+                    f"1, t + %s::float8, %s::text, %s::bytea, t FROM (SELECT {NOW} AS t) AS n "
+                    f"ON CONFLICT (key) DO NOTHING RETURNING {_CL_COLS}",
+                    (key, run_id, owner, lease, digest, value)).fetchone()
+                if r is not None:
+                    return "won", _cl(r)
+                r = conn.execute(
+                    f"SELECT {_CL_COLS}, {NOW} FROM {self._cl} WHERE key = %s FOR UPDATE",
+                    (key,)).fetchone()
+                if r is not None:
+                    break
+            cur, now = _cl(r), float(r[10])
+            if cur.status == "consumed":
+                return "consumed", cur
+            if cur.status == "released":
+                r = conn.execute(
+                    f"UPDATE {self._cl} SET status = 'claimed', owner = %s, fence = fence + 1, "
+                    "lease_until = n.t + %s, digest = %s, value = %s, claimed_at = n.t "
+                    f"FROM (SELECT {NOW} AS t) AS n WHERE key = %s RETURNING {_CL_COLS}",
+                    (owner, lease, digest, value, key)).fetchone()
+                assert r is not None
+                return "won", _cl(r)
+            if cur.owner == owner:
+                return "reentered", cur
+            if cur.lease_until > now:
+                return "held", cur
+            if digest is not None and cur.digest is not None and digest != cur.digest:
+                return "mismatch", cur
+            r = conn.execute(
+                f"UPDATE {self._cl} SET owner = %s, fence = fence + 1, lease_until = {NOW} + %s "
+                f"WHERE key = %s RETURNING {_CL_COLS}", (owner, lease, key)).fetchone()
+            assert r is not None
+            return "taken_over", _cl(r)
+
+    def _consume_claim(self, key: str, owner: str, fence: int, digest: str | None
+                       ) -> tuple[bool, ClaimRow | None]:
+        with self._tx() as conn:
+            r = conn.execute(f"SELECT {_CL_COLS} FROM {self._cl} WHERE key = %s FOR UPDATE",
+                             (key,)).fetchone()
+            if r is None:
+                return False, None
+            cur = _cl(r)
+            if cur.owner != owner or cur.fence != fence or cur.status == "released":
+                return False, cur
+            if cur.status == "consumed":
+                return True, cur
+            r = conn.execute(
+                f"UPDATE {self._cl} SET status = 'consumed', consumed_at = {NOW}, "
+                f"digest = COALESCE(%s, digest) WHERE key = %s RETURNING {_CL_COLS}",
+                (digest, key)).fetchone()
+            assert r is not None
+            return True, _cl(r)
+
+    def _release_claim(self, key: str, owner: str, fence: int) -> bool:
+        with self._conn() as conn:
+            cur = conn.execute(
+                f"UPDATE {self._cl} SET status = 'released' WHERE key = %s AND owner = %s "
+                "AND fence = %s AND status = 'claimed'", (key, owner, fence))
+            return cur.rowcount == 1
+
+    def _renew_claim(self, key: str, owner: str, fence: int, lease: float) -> bool:
+        with self._conn() as conn:
+            cur = conn.execute(
+                f"UPDATE {self._cl} SET lease_until = {NOW} + %s WHERE key = %s AND owner = %s "
+                "AND fence = %s AND status = 'claimed'", (lease, key, owner, fence))
+            return cur.rowcount == 1
+
+    def _get_claim(self, key: str) -> ClaimRow | None:
+        with self._conn() as conn:
+            r = conn.execute(f"SELECT {_CL_COLS} FROM {self._cl} WHERE key = %s",
+                             (key,)).fetchone()
+        return None if r is None else _cl(r)
+
+    def _list_claims(self, run_id: str | None) -> list[ClaimRow]:
+        where, args = ("", ()) if run_id is None else (" WHERE run_id = %s", (run_id,))
+        with self._conn() as conn:
+            rows = conn.execute(f"SELECT {_CL_COLS} FROM {self._cl}{where} "
+                                'ORDER BY claimed_at, key COLLATE "C"', args).fetchall()
+        return [_cl(r) for r in rows]

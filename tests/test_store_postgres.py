@@ -1,0 +1,378 @@
+"""PostgreSQL-specific behaviour of the store: URLs and errors, schema versioning and
+foreign tables, concurrent openers, the server clock, connection loss and races.
+
+The backend-neutral contract is tested for every backend in test_store.py.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import psycopg
+import pytest
+from psycopg_pool import PoolClosed, PoolTimeout
+
+from remit_core import ConsumeConflict, open_store
+from remit_core.errors import (
+    ForeignSchemaError,
+    StoreConfigError,
+    StoreUnavailable,
+    StoreVersionError,
+)
+from remit_core.store import new_owner
+from remit_core.store.postgres import MIGRATIONS, TABLES, PostgresStore
+
+pytestmark = pytest.mark.postgres
+
+CTX = mp.get_context("spawn")
+
+
+@pytest.fixture
+def pg_url(make_url: Callable[[str], str]) -> str:
+    """The URL of a fresh schema (dropped after the test)."""
+    return make_url("postgres")
+
+
+def schema_of(url: str) -> str:
+    return parse_qs(urlsplit(url).query)["schema"][0]
+
+
+@pytest.fixture
+def admin(pg_base_url: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(pg_base_url, autocommit=True) as conn:
+        yield conn
+
+
+def tables_in(admin: psycopg.Connection[Any], schema: str) -> set[str]:
+    return {r[0] for r in admin.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))}
+
+
+# ------------------------------------------------------------------------------- URLs, errors
+
+
+def test_password_is_masked_when_the_server_is_unreachable() -> None:
+    for url in ("postgresql://u:secret@127.0.0.1:1/test",
+                "postgresql://u@127.0.0.1:1/test?password=secret&connect_timeout=2"):
+        t0 = time.monotonic()
+        with pytest.raises(StoreUnavailable) as info:
+            open_store(url)
+        assert time.monotonic() - t0 < 15  # bounded: connect_timeout, no endless retries
+        text = str(info.value)
+        assert "secret" not in text and "***" in text, text
+        assert "127.0.0.1:1" in text and "refused" in text.lower()
+        assert info.value.url is not None and "secret" not in info.value.url
+        assert "secret" not in repr(info.value)
+
+
+def test_url_typos_give_clear_errors(pg_base_url: str) -> None:
+    base = "postgresql://postgres@127.0.0.1:5432/test"
+    with pytest.raises(StoreConfigError, match=r"Did you mean postgres(ql)?://"):
+        open_store("postgresq://postgres@127.0.0.1:5432/test")
+    for query, says in [
+        ("schema=", "schema"),
+        ("schema=bad-name", "schema"),
+        ("schema=pg_mine", "pg_"),
+        ("schema=a%22b", "schema"),
+        ("pool_max=ten", "pool_max"),
+        ("pool_min=5&pool_max=2", "pool_min"),
+        ("lease=0", "lease"),
+        ("shema=remit", "shema"),  # not remit's, so libpq's: an unknown parameter
+        ("sslmode=sometimes", "sslmode"),
+    ]:
+        with pytest.raises(StoreConfigError, match=says) as info:
+            open_store(f"{base}?{query}")
+        assert "127.0.0.1:5432" in str(info.value)
+    with pytest.raises(StoreConfigError) as bad_port:
+        open_store("postgresql://u:secret@127.0.0.1:port/test")
+    assert "secret" not in str(bad_port.value)
+
+
+def test_options_reach_the_pool_and_libpq(pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    app = f"remit-opt-{uuid.uuid4().hex[:8]}"
+    with open_store(f"{pg_url}&pool_min=2&pool_max=3&application_name={app}&lease=7") as s:
+        assert isinstance(s, PostgresStore)
+        assert s.lease == 7.0 and s.schema == schema_of(pg_url)
+        assert s._pool.min_size == 2 and s._pool.max_size == 3
+        n = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                          (app,)).fetchone()
+        assert n is not None and n[0] >= 2
+    assert tables_in(admin, schema_of(pg_url)) == set(TABLES)
+
+
+def test_closed_store_fails_fast_without_retries(pg_url: str) -> None:
+    s = open_store(pg_url)
+    s.close()
+    t0 = time.monotonic()
+    with pytest.raises(PoolClosed):
+        s.get_checkpoint("r")
+    assert time.monotonic() - t0 < 1.0
+
+
+# ---------------------------------------------------------------------------------- schema
+
+
+def test_newer_schema_version_is_refused_and_data_kept(
+        pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    schema = schema_of(pg_url)
+    with open_store(pg_url) as s:
+        s.put_checkpoint("r", "c1", new_values={"x": ("1", 1)})
+    admin.execute(f'UPDATE "{schema}".remit_meta SET value = %s WHERE key = %s',
+                  (str(len(MIGRATIONS) + 1), "version"))
+    with pytest.raises(StoreVersionError) as info:
+        open_store(pg_url)
+    assert info.value.found == len(MIGRATIONS) + 1 and info.value.supported == len(MIGRATIONS)
+    assert "newer remit" in str(info.value) and schema in str(info.value)
+    version = admin.execute(f"SELECT value FROM \"{schema}\".remit_meta WHERE key = 'version'"
+                            ).fetchone()
+    assert version == (str(len(MIGRATIONS) + 1),)  # not touched
+    assert tables_in(admin, schema) == set(TABLES)
+    count = admin.execute(f'SELECT count(*) FROM "{schema}".remit_checkpoints').fetchone()
+    assert count == (1,)
+    admin.execute(f'UPDATE "{schema}".remit_meta SET value = %s WHERE key = %s',
+                  (str(len(MIGRATIONS)), "version"))
+    with open_store(pg_url) as s:
+        got = s.get_checkpoint("r")
+        assert got is not None and got.values == {"x": 1}
+
+
+def test_foreign_table_is_refused_and_left_untouched(
+        pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    schema = schema_of(pg_url)
+    admin.execute(f'CREATE SCHEMA "{schema}"')
+    admin.execute(f'CREATE TABLE "{schema}".remit_checkpoints (id INT PRIMARY KEY, note TEXT)')
+    admin.execute(f"INSERT INTO \"{schema}\".remit_checkpoints VALUES (1, 'mine')")
+    with pytest.raises(ForeignSchemaError) as info:
+        open_store(pg_url)
+    assert info.value.name == "remit_checkpoints"
+    assert "remit_checkpoints" in str(info.value) and "untouched" in str(info.value)
+    assert tables_in(admin, schema) == {"remit_checkpoints"}  # nothing created beside it
+    rows = admin.execute(f'SELECT id, note FROM "{schema}".remit_checkpoints').fetchall()
+    assert rows == [(1, "mine")]
+    cols = admin.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+        "AND table_name = 'remit_checkpoints' ORDER BY ordinal_position", (schema,)).fetchall()
+    assert cols == [("id",), ("note",)]
+
+
+def test_foreign_meta_table_is_refused(pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    schema = schema_of(pg_url)
+    admin.execute(f'CREATE SCHEMA "{schema}"')
+    admin.execute(f'CREATE TABLE "{schema}".remit_meta (k TEXT, v TEXT)')
+    with pytest.raises(ForeignSchemaError) as info:
+        open_store(pg_url)
+    assert info.value.name == "remit_meta"
+    assert tables_in(admin, schema) == {"remit_meta"}
+
+
+def test_reopen_does_not_migrate_again(pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    schema = schema_of(pg_url)
+
+    def fingerprint() -> tuple[Any, ...]:
+        row = admin.execute(
+            f"SELECT xmin::text, (SELECT count(*) FROM \"{schema}\".remit_meta), "
+            f"'\"{schema}\".remit_checkpoints'::regclass::oid "
+            f"FROM \"{schema}\".remit_meta WHERE key = 'version'").fetchone()
+        assert row is not None
+        return tuple(row)
+
+    with open_store(pg_url) as s:
+        s.put_checkpoint("r", "c1", new_values={"x": ("1", 1)})
+    before = fingerprint()
+    for _ in range(2):
+        with open_store(pg_url) as s:
+            got = s.get_checkpoint("r")
+            assert got is not None and got.values == {"x": 1}
+    assert fingerprint() == before  # no write to remit_meta, no table re-created
+    assert admin.execute(f"SELECT value FROM \"{schema}\".remit_meta WHERE key = 'version'"
+                         ).fetchone() == (str(len(MIGRATIONS)),)
+
+
+def open_and_write(url: str, barrier: Any, results: Any) -> None:
+    """Child process: open a fresh schema at the same moment as the others, then write."""
+    barrier.wait()
+    try:
+        with open_store(url) as s:
+            s.put_checkpoint("r", f"c-{uuid.uuid4().hex[:8]}")
+        results.put("ok")
+    except Exception as exc:  # reported to the parent
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_concurrent_openers_of_a_fresh_schema(
+        pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    k = 2
+    barrier = CTX.Barrier(k)
+    results = CTX.Queue()
+    procs = [CTX.Process(target=open_and_write, args=(pg_url, barrier, results))
+             for _ in range(k)]
+    for p in procs:
+        p.start()
+    got = []
+    for _ in range(k):
+        try:
+            got.append(results.get(timeout=120))
+        except queue.Empty:
+            break
+    for p in procs:
+        p.join(timeout=60)
+    assert got == ["ok"] * k
+    schema = schema_of(pg_url)
+    assert tables_in(admin, schema) == set(TABLES)
+    meta = admin.execute(f'SELECT key, value FROM "{schema}".remit_meta ORDER BY key').fetchall()
+    assert meta == [("schema", "remit"), ("version", str(len(MIGRATIONS)))]
+    with open_store(pg_url) as s:
+        assert len(list(s.list_checkpoints("r"))) == k
+
+
+# ------------------------------------------------------------------------ clock, connections
+
+
+def test_times_come_from_the_server_clock(pg_url: str, admin: psycopg.Connection[Any],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    with open_store(pg_url) as s:
+        monkeypatch.setattr(time, "time", lambda: 0.0)  # a host whose clock is far off
+        c = s.claim_once("gate", run_id="r", owner=new_owner(), lease=60.0)
+        cp = s.put_checkpoint("r", "c1")
+        monkeypatch.undo()
+        row = admin.execute("SELECT extract(epoch from clock_timestamp())::float8").fetchone()
+        assert row is not None
+        server_now = row[0]
+        assert abs(c.claimed_at - server_now) < 5 and abs(c.lease_until - c.claimed_at - 60) < 1
+        got = s.get_checkpoint("r")
+        assert got is not None and abs(got.created_at - server_now) < 5 and cp.seq == got.seq
+
+
+def test_killed_connections_are_replaced_and_retried(
+        pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    app = f"remit-kill-{uuid.uuid4().hex[:8]}"
+    with open_store(f"{pg_url}&pool_min=4&application_name={app}") as s:
+        assert isinstance(s, PostgresStore)
+        s._pool.wait(timeout=10)
+        s.put_checkpoint("r", "c1", new_values={"x": ("1", 1)})
+        for round_no in range(3):
+            # what a server restart does to every idle connection of the pool
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s", (app,)).fetchone()
+            assert killed is not None and killed[0] >= 1
+            t0 = time.monotonic()
+            got = s.get_checkpoint("r", "c1")  # retried on a fresh connection
+            assert got is not None and got.values == {"x": 1}
+            s.put_checkpoint("r", f"c{round_no + 2}")
+            assert time.monotonic() - t0 < 10
+
+
+def test_transient_errors_are_classified(pg_url: str) -> None:
+    with open_store(pg_url) as s:
+        for exc in (psycopg.OperationalError("server closed the connection unexpectedly"),
+                    psycopg.errors.AdminShutdown("terminating connection"),
+                    psycopg.errors.SerializationFailure("could not serialize"),
+                    psycopg.errors.DeadlockDetected("deadlock detected"),
+                    psycopg.errors.CannotConnectNow("the database system is starting up"),
+                    PoolTimeout("couldn't get a connection after 10.00 sec")):
+            assert s._is_transient(exc), exc
+        for other in (psycopg.IntegrityError("duplicate key"),
+                    psycopg.errors.UniqueViolation("duplicate key"),
+                    psycopg.ProgrammingError("syntax error"),
+                    psycopg.errors.UndefinedTable("no such table"),
+                    psycopg.DataError("invalid input"),
+                    PoolClosed("the pool is closed"),
+                    ValueError("not a database error")):
+            assert not s._is_transient(other), other
+
+
+def test_latest_checkpoint_is_one_statement(pg_url: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    with open_store(pg_url) as s:
+        for i in range(20):
+            s.put_checkpoint("r", f"c{i}", versions={"big": "1"},
+                             new_values={"n": (str(i), i), **({"big": ("1", b"x" * 5000)}
+                                                              if i == 0 else {})})
+        s.put_writes("r", "c19", "t", [(0, "a", 1)])
+        seen: list[str] = []
+        real = psycopg.Connection.execute
+
+        def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(str(query))
+            return real(self, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", counting)
+        got = s.get_checkpoint("r")
+        monkeypatch.undo()
+        assert got is not None and got.values == {"n": 19, "big": b"x" * 5000}
+        assert [w.value for w in got.writes] == [1]
+        assert len(seen) == 2, seen  # the checkpoint with its values, then its writes
+
+
+# ------------------------------------------------------------------------------------- races
+
+
+def race(n: int, fn: Callable[[int], Any]) -> list[Any]:
+    """Run fn(0..n-1) in n threads released together; results (or exceptions) in order."""
+    barrier = threading.Barrier(n)
+    out: list[Any] = [None] * n
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            out[i] = fn(i)
+        except Exception as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return out
+
+
+def test_exclusive_child_race_has_one_winner(pg_url: str) -> None:
+    n = 16
+    with open_store(f"{pg_url}&pool_max={n}") as s:
+        for round_no in range(5):
+            parent = f"p{round_no}"
+            s.put_checkpoint("r", parent)
+
+            def child(i: int, p: str = parent) -> Any:
+                return s.put_checkpoint("r", f"{p}-child-{i}", parent_id=p,
+                                        exclusive_child=True)
+
+            out = race(n, child)
+            winners = [o for o in out if not isinstance(o, Exception)]
+            losers = [o for o in out if isinstance(o, ConsumeConflict)]
+            assert len(winners) == 1 and len(losers) == n - 1, out
+            assert {e.owner for e in losers} == {winners[0].checkpoint_id}
+            children = [c.checkpoint_id for c in s.list_checkpoints("r")
+                        if c.parent_id == parent]
+            assert children == [winners[0].checkpoint_id]
+
+
+def test_claim_and_receipt_races_have_one_winner(pg_url: str) -> None:
+    n = 16
+    with open_store(f"{pg_url}&pool_max={n}") as s:
+        for round_no in range(5):
+
+            def claim(i: int, r: int = round_no) -> Any:
+                return s.claim_once(f"gate-{r}", run_id="r", owner=new_owner(), digest="d",
+                                    value=i)
+
+            def start(i: int, r: int = round_no) -> Any:
+                return s.start_receipt(f"effect-{r}", run_id="r", step="s", name="n",
+                                       ordinal=0, owner=new_owner(), may_take_over=True)
+
+            out = race(n, claim)
+            winners = [o for o in out if not isinstance(o, Exception)]
+            assert len(winners) == 1, out
+            assert all(isinstance(o, ConsumeConflict) and o.owner == winners[0].owner
+                       for o in out if isinstance(o, Exception))
+            starts = race(n, start)
+            assert sorted(st.outcome for st in starts) == ["busy"] * (n - 1) + ["run"]
