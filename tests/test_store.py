@@ -475,3 +475,31 @@ def test_async_twins(store: Store) -> None:
 
     got, listed = asyncio.run(go())
     assert got.values == {"x": 5} and got.writes[0].value == 1 and len(listed) == 1
+
+
+def test_scope_resolver(store: Store) -> None:
+    """An adapter's resolver supplies the scope when no effect_scope block is active."""
+    from remit_core.effects import EffectScope, _resolvers, register_scope_resolver
+
+    active: dict[str, EffectScope] = {}
+    calls: list[int] = []
+
+    def resolver() -> EffectScope | None:
+        return active.get("scope")
+
+    @effect(name="resolved")
+    def f(x: int) -> int:
+        calls.append(x)
+        return x
+
+    register_scope_resolver(resolver)
+    register_scope_resolver(resolver)
+    try:
+        assert _resolvers.count(resolver) == 1
+        active["scope"] = EffectScope(store, "run-r", "step-r")
+        assert f(1) == 1
+        active["scope"] = EffectScope(store, "run-r", "step-r")  # the step runs again
+        assert f(2) == 1  # replayed from the receipt of ordinal 0
+        assert calls == [1]
+    finally:
+        _resolvers.remove(resolver)

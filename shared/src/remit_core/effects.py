@@ -64,6 +64,18 @@ _scope: contextvars.ContextVar[EffectScope | None] = contextvars.ContextVar(
     "remit_effect_scope", default=None
 )
 _warned: set[str] = set()
+_resolvers: list[Callable[[], EffectScope | None]] = []
+
+
+def register_scope_resolver(resolver: Callable[[], EffectScope | None]) -> None:
+    """Let an adapter find the current step from its framework's own context.
+
+    Called when no :func:`effect_scope` block is active. A resolver returns the
+    scope of the step being executed, or None when it does not recognise the
+    context. Registering the same resolver twice has no effect.
+    """
+    if resolver not in _resolvers:
+        _resolvers.append(resolver)
 
 
 @contextlib.contextmanager
@@ -78,7 +90,15 @@ def effect_scope(store: Store, run_id: str, step: str) -> Iterator[EffectScope]:
 
 
 def current_scope() -> EffectScope | None:
-    return _scope.get()
+    """The scope set by :func:`effect_scope`, else the first one a registered resolver finds."""
+    scope = _scope.get()
+    if scope is not None:
+        return scope
+    for resolve in _resolvers:
+        scope = resolve()
+        if scope is not None:
+            return scope
+    return None
 
 
 def _escape(part: str) -> str:
@@ -203,7 +223,7 @@ def effect(
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                scope = _scope.get()
+                scope = current_scope()
                 if scope is None:
                     _warn_unscoped(ename)
                     return await func(*args, **kwargs)
@@ -233,7 +253,7 @@ def effect(
 
         @functools.wraps(func)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            scope = _scope.get()
+            scope = current_scope()
             if scope is None:
                 _warn_unscoped(ename)
                 return func(*args, **kwargs)

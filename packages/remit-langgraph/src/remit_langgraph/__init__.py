@@ -1,4 +1,12 @@
-"""remit for LangGraph. The adapter lands with its own issue; this package re-exports the core."""
+"""remit for LangGraph: ``checkpointer=RemitSaver.from_conn_string(url)`` keeps the resume contract.
+
+    from remit_langgraph import RemitSaver
+
+    with RemitSaver.from_conn_string("sqlite:///app.db") as saver:
+        graph = builder.compile(checkpointer=saver)
+
+The core's entry points and errors are re-exported, so an app imports from one place.
+"""
 
 from remit_core import (
     ConsumeConflict,
@@ -9,6 +17,7 @@ from remit_core import (
     effect,
     open_store,
 )
+from remit_langgraph.saver import RemitSaver
 
 __version__ = "0.1.0"
 
@@ -17,6 +26,7 @@ __all__ = [
     "CorruptRecord",
     "EffectInDoubt",
     "RemitError",
+    "RemitSaver",
     "StateValidationError",
     "effect",
     "open_store",

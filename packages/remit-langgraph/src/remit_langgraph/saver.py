@@ -1,0 +1,450 @@
+"""RemitSaver: a LangGraph ``BaseCheckpointSaver`` on a remit :class:`~remit_core.Store`.
+
+One LangGraph thread is one remit run. The mapping, in one place:
+
+=======================================  ==============================================
+LangGraph                                remit store
+=======================================  ==============================================
+``configurable["thread_id"]``            ``run_id``
+``configurable["checkpoint_ns"]``        ``ns``
+``checkpoint["id"]``                     ``checkpoint_id``
+``configurable["checkpoint_id"]`` (put)  ``parent_id``
+``metadata["source"]``                   ``kind``
+``metadata["run_id"]``                   ``execution_id`` (``delete_for_runs``)
+checkpoint without ``channel_values``    ``data``
+``channel_versions``                     ``versions``
+``new_versions`` + ``channel_values``    ``new_values`` {channel: (version, value)}
+``put_writes`` (channel, value) list     writes (idx, channel, value), idx from
+                                         ``WRITES_IDX_MAP`` for special channels
+=======================================  ==============================================
+
+Every value goes through remit's typed envelope (no pickle; decoding never
+imports a module), extended with LangGraph's types in :mod:`remit_langgraph._serde`.
+The saver's ``serde`` attribute is kept for LangGraph's sake but stores nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from remit_core import Store, open_store
+from remit_core import records as rc
+from remit_core.serde import default_serde
+from remit_langgraph import _serde
+from remit_langgraph._serde import EMPTY, storable
+
+_writes_sort_key: Callable[[str, str, int], tuple[str, str, int]] | None
+try:  # langgraph-checkpoint >= 4: the order get_tuple must return pending writes in
+    from langgraph.checkpoint.base import writes_sort_key as _writes_sort_key
+except ImportError:  # 2.1.x: the store's (task_id, idx) order is the stock order
+    _writes_sort_key = None
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+class RemitSaver(BaseCheckpointSaver[str]):
+    """LangGraph checkpointer backed by a remit store (SQLite, PostgreSQL or Redis).
+
+    Takes an already opened :class:`~remit_core.Store`, so that an application
+    shares one connection pool across frameworks; closing the store stays the
+    caller's job. :meth:`from_conn_string` opens (and on exit closes) one from a URL.
+
+    Guarantees, on every backend:
+
+    * ``put`` stores the checkpoint and the channel values it introduces in one
+      atomic store operation; an unsupported value raises
+      :class:`~remit_core.SerializationError` before anything is written, so the
+      previous checkpoint stays the latest.
+    * ``put_writes`` stores all writes of one call atomically; a regular write is
+      kept on a repeat, special writes (error, interrupt, resume, scheduled) are
+      replaced when a call carries only those (as the stock savers do).
+    * ``get_tuple`` without a checkpoint id returns the latest checkpoint written
+      (store seq), with pending writes in ``writes_sort_key`` order.
+    * Reading never claims, consumes or blocks.
+
+    Sync and async methods have the same semantics; the async ones run the sync
+    ones in a worker thread.
+
+    ``schema`` is the declared state schema. It is kept as :attr:`schema`;
+    validation against it is applied by remit's contract layer, not by this class.
+    """
+
+    store: Store
+    schema: Any
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        schema: Any = None,
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self.schema = schema
+        if store.serde is not default_serde:  # a store opened with its own envelope
+            _serde.register_types(store.serde)
+
+    # ================================================================================ opening
+
+    @classmethod
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        schema: Any = None,
+        serde: SerializerProtocol | None = None,
+        **store_options: Any,
+    ) -> OpenedSaver:
+        """Open a store from a URL for the length of a ``with`` or ``async with`` block.
+
+        ``sqlite:///path.db``, ``postgresql://...`` or ``redis://...``;
+        ``store_options`` go to :func:`remit_core.open_store` (``lease=`` ...)::
+
+            with RemitSaver.from_conn_string("sqlite:///app.db") as saver: ...
+            async with RemitSaver.from_conn_string("postgresql://...") as saver: ...
+
+        The store is closed when the block exits.
+        """
+        return OpenedSaver(cls, conn_string, schema=schema, serde=serde, options=store_options)
+
+    from_url = from_conn_string
+
+    # ================================================================================ reading
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The addressed checkpoint, or the thread's latest in the namespace (None if absent)."""
+        thread_id, ns = _thread_and_ns(config)
+        found = self.store.get_checkpoint(thread_id, get_checkpoint_id(config), ns=ns)
+        return None if found is None else _to_tuple(found)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (store seq descending).
+
+        ``config`` narrows to a thread, and to a namespace and checkpoint id when it
+        names them; ``None`` lists every thread. ``filter`` keeps checkpoints whose
+        metadata has every key equal to the given value; ``before`` keeps those
+        written before the checkpoint it names; ``limit`` counts what remains after
+        all of these.
+        """
+        if limit is not None and limit <= 0:
+            return
+        configurable = config.get("configurable", {}) if config else {}
+        thread_id = configurable.get("thread_id")
+        ns = configurable.get("checkpoint_ns")
+        only_id = configurable.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        # the limit can go to the store only when nothing is filtered here afterwards
+        checked_here = bool(filter) or only_id is not None
+        found = self.store.list_checkpoints(
+            None if thread_id is None else str(thread_id),
+            ns=ns,
+            before=before_id,
+            limit=None if checked_here else limit,
+        )
+        left = limit
+        for ck in found:
+            if only_id is not None and ck.checkpoint_id != only_id:
+                continue
+            if filter and not _matches(ck.metadata, filter):
+                continue
+            yield _to_tuple(ck)
+            if left is not None:
+                left -= 1
+                if left <= 0:
+                    return
+
+    # ================================================================================ writing
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store ``checkpoint`` as a child of ``config``'s checkpoint id, atomically.
+
+        Only the channels in ``new_versions`` get a stored value (once per channel
+        version); the others are read back at the version ``channel_versions`` names.
+        """
+        thread_id, ns = _thread_and_ns(config)
+        serde = self.store.serde
+        values = checkpoint.get("channel_values", {})
+        data = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        stored_metadata = get_checkpoint_metadata(config, metadata)
+        execution_id = stored_metadata.get("run_id")
+        self.store.put_checkpoint(
+            thread_id,
+            checkpoint["id"],
+            ns=ns,
+            parent_id=config["configurable"].get("checkpoint_id"),
+            kind=str(stored_metadata.get("source", "loop")),
+            data=data,
+            metadata=stored_metadata,
+            versions={ch: str(v) for ch, v in checkpoint["channel_versions"].items()},
+            new_values={
+                ch: (str(version), storable(values[ch], serde) if ch in values else EMPTY)
+                for ch, version in new_versions.items()
+            },
+            execution_id=None if execution_id is None else str(execution_id),
+        )
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Record one task's writes against ``config``'s checkpoint, atomically.
+
+        A write is keyed by (task_id, idx): regular writes take their position, special
+        channels their fixed negative index. A call made only of special writes
+        replaces them (a later interrupt or error supersedes the earlier one); any
+        other call keeps what is stored, so a repeat never duplicates.
+        """
+        thread_id, ns = _thread_and_ns(config)
+        serde = self.store.serde
+        self.store.put_writes(
+            thread_id,
+            config["configurable"]["checkpoint_id"],
+            task_id,
+            [
+                (WRITES_IDX_MAP.get(channel, idx), channel, storable(value, serde))
+                for idx, (channel, value) in enumerate(writes)
+            ],
+            ns=ns,
+            task_path=task_path,
+            overwrite=all(channel in WRITES_IDX_MAP for channel, _ in writes),
+        )
+
+    # ============================================================================== deleting
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread: its checkpoints, values and writes in every namespace,
+        with remit's effect receipts and claims of the run."""
+        self.store.delete_run(str(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete every checkpoint (and its writes) that a LangGraph run wrote, in every
+        thread and namespace. Unknown ids and an empty list are no-ops."""
+        self.store.delete_executions([str(r) for r in run_ids])
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread's checkpoints (same ids, same order, same metadata), values and
+        pending writes under another thread id. A missing source copies nothing."""
+        self.store.copy_run(str(source_thread_id), str(target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``"keep_latest"`` keeps each namespace's latest checkpoint with its pending
+        writes and the values it refers to; ``"delete"`` deletes every checkpoint of the
+        threads. Threads not listed are untouched."""
+        if isinstance(thread_ids, str):
+            raise TypeError("thread_ids must be a sequence of thread ids, not a str")
+        if strategy not in PRUNE_STRATEGIES:
+            raise ValueError(
+                f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
+            )
+        keep = 1 if strategy == "keep_latest" else 0
+        for thread_id in thread_ids:
+            self.store.prune_run(str(thread_id), keep_latest=keep)
+
+    # =============================================================================== versions
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """``"<n:032>.<random>"``: ordered by n, and unique per write even on two forks
+        of one checkpoint, whose values are stored once per (channel, version)."""
+        if current is None:
+            n = 0
+        elif isinstance(current, int):
+            n = current
+        else:
+            n = int(str(current).split(".")[0])
+        return f"{n + 1:032}.{random.random():016}"
+
+    # ================================================================================== async
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await _in_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = self.list(config, filter=filter, before=before, limit=limit)
+        while (ck := await _in_thread(next, found, None)) is not None:
+            yield ck
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await _in_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await _in_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await _in_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await _in_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await _in_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await _in_thread(functools.partial(self.prune, strategy=strategy), thread_ids)
+
+
+class OpenedSaver:
+    """What :meth:`RemitSaver.from_conn_string` returns: enter it with ``with`` or
+    ``async with`` to get a :class:`RemitSaver` on a store opened from the URL; the
+    store is closed on exit. One use only."""
+
+    def __init__(
+        self,
+        saver_cls: type[RemitSaver],
+        url: str,
+        *,
+        schema: Any,
+        serde: SerializerProtocol | None,
+        options: Mapping[str, Any],
+    ) -> None:
+        self._saver_cls = saver_cls
+        self._url = url
+        self._schema = schema
+        self._serde = serde
+        self._options = dict(options)
+        self._store: Store | None = None
+        self._used = False
+
+    def _make(self, store: Store) -> RemitSaver:
+        self._store = store
+        return self._saver_cls(store, schema=self._schema, serde=self._serde)
+
+    def _claim_use(self) -> None:
+        if self._used:
+            raise RuntimeError("RemitSaver.from_conn_string(...) can be entered once; call it again")
+        self._used = True
+
+    def __enter__(self) -> RemitSaver:
+        self._claim_use()
+        return self._make(open_store(self._url, **self._options))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    async def __aenter__(self) -> RemitSaver:
+        self._claim_use()
+        return self._make(await _in_thread(open_store, self._url, **self._options))
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._store is not None:
+            await _in_thread(self._store.close)
+
+
+# ================================================================================== helpers
+
+
+async def _in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
+    configurable = config["configurable"]
+    return str(configurable["thread_id"]), str(configurable.get("checkpoint_ns") or "")
+
+
+def _matches(metadata: Any, query: Mapping[str, Any]) -> bool:
+    return isinstance(metadata, Mapping) and all(
+        metadata.get(key) == value for key, value in query.items()
+    )
+
+
+def _to_tuple(ck: rc.Checkpoint) -> CheckpointTuple:
+    """A store checkpoint as LangGraph reads it: empty channels dropped, pending
+    writes in ``writes_sort_key`` order."""
+    checkpoint = cast(
+        Checkpoint,
+        {**ck.data, "channel_values": {c: v for c, v in ck.values.items() if v is not EMPTY}},
+    )
+    writes = ck.writes
+    if _writes_sort_key is not None:
+        key = _writes_sort_key
+        writes = sorted(writes, key=lambda w: key(w.task_path, w.task_id, w.idx))
+    return CheckpointTuple(
+        config={
+            "configurable": {
+                "thread_id": ck.run_id,
+                "checkpoint_ns": ck.ns,
+                "checkpoint_id": ck.checkpoint_id,
+            }
+        },
+        checkpoint=checkpoint,
+        metadata=cast(CheckpointMetadata, ck.metadata),
+        parent_config=(
+            {
+                "configurable": {
+                    "thread_id": ck.run_id,
+                    "checkpoint_ns": ck.ns,
+                    "checkpoint_id": ck.parent_id,
+                }
+            }
+            if ck.parent_id
+            else None
+        ),
+        pending_writes=[(w.task_id, w.channel, w.value) for w in writes],
+    )
+
+
+__all__ = ["OpenedSaver", "RemitSaver"]

@@ -1,0 +1,1 @@
+"""Tests of the LangGraph adapter (remit_langgraph)."""

@@ -1,0 +1,560 @@
+"""RemitSaver under real LangGraph graphs (no LLM), on every backend.
+
+Each scenario runs the same graph twice, on InMemorySaver and on RemitSaver, and
+compares what a user sees: final values, ``get_state`` and the shape of
+``get_state_history``. Checkpoint ids differ by design (uuid6), so they are not
+compared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import operator
+import sys
+import types
+import uuid
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+from langgraph.func import entrypoint, task
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command, Interrupt, Send, interrupt
+
+from remit_core import SerializationError, Store
+from remit_core.serde import default_serde
+from remit_langgraph import RemitSaver
+from remit_langgraph._serde import EMPTY, RemitStoredError, storable
+
+# ================================================================================ fixtures
+
+
+@pytest.fixture
+def saver(store: Store) -> RemitSaver:
+    return RemitSaver(store)
+
+
+def cfg(thread: str | None = None) -> Any:
+    return {"configurable": {"thread_id": thread or uuid.uuid4().hex}}
+
+
+def shape(graph: Any, config: Any) -> list[tuple[Any, ...]]:
+    """What get_state_history shows, minus ids and timestamps."""
+    return [
+        (s.metadata["source"], s.metadata["step"], s.next, s.values)
+        for s in graph.get_state_history(config)
+    ]
+
+
+def both(build: Callable[[BaseCheckpointSaver[Any]], Any], saver: RemitSaver) -> tuple[Any, Any]:
+    return build(InMemorySaver()), build(saver)
+
+
+# ================================================================================== graphs
+
+
+class Linear(TypedDict):
+    items: Annotated[list[str], operator.add]
+    count: int
+
+
+def linear_graph(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    b = StateGraph(Linear)
+    b.add_node("a", lambda s: {"items": ["a"], "count": s["count"] + 1})
+    b.add_node("b", lambda s: {"items": ["b"], "count": s["count"] + 1})
+    b.add_node("c", lambda s: {"items": ["c"], "count": s["count"] * 10})
+    b.add_edge(START, "a")
+    b.add_edge("a", "b")
+    b.add_edge("b", "c")
+    b.add_edge("c", END)
+    return b.compile(checkpointer=checkpointer)
+
+
+def chat_graph(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    def assistant(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage("calling", id="ai-1", tool_calls=[
+            {"name": "lookup", "args": {"q": "x"}, "id": "call-1"}])]}
+
+    def tool(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [ToolMessage("42", tool_call_id="call-1", id="tool-1")]}
+
+    b = StateGraph(MessagesState)
+    b.add_node("assistant", assistant)
+    b.add_node("tool", tool)
+    b.add_edge(START, "assistant")
+    b.add_edge("assistant", "tool")
+    b.add_edge("tool", END)
+    return b.compile(checkpointer=checkpointer)
+
+
+class Ask(TypedDict):
+    question: str
+    answer: str
+    log: Annotated[list[str], operator.add]
+
+
+def ask_graph(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    def ask(state: Ask) -> dict[str, Any]:
+        answer = interrupt({"question": state["question"]})
+        return {"answer": answer, "log": ["asked"]}
+
+    b = StateGraph(Ask)
+    b.add_node("prepare", lambda s: {"log": ["prepared"]})
+    b.add_node("ask", ask)
+    b.add_node("finish", lambda s: {"log": [f"done:{s['answer']}"]})
+    b.add_edge(START, "prepare")
+    b.add_edge("prepare", "ask")
+    b.add_edge("ask", "finish")
+    b.add_edge("finish", END)
+    return b.compile(checkpointer=checkpointer)
+
+
+class Items(TypedDict):
+    items: Annotated[list[str], operator.add]
+
+
+def nested_graph(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    def approve(state: Items) -> dict[str, Any]:
+        return {"items": [f"approved:{interrupt('approve?')}"]}
+
+    sub = StateGraph(Items)
+    sub.add_node("s1", lambda s: {"items": ["s1"]})
+    sub.add_node("approve", approve)
+    sub.add_edge(START, "s1")
+    sub.add_edge("s1", "approve")
+    sub.add_edge("approve", END)
+
+    b = StateGraph(Items)
+    b.add_node("before", lambda s: {"items": ["before"]})
+    b.add_node("child", sub.compile())
+    b.add_node("after", lambda s: {"items": ["after"]})
+    b.add_edge(START, "before")
+    b.add_edge("before", "child")
+    b.add_edge("child", "after")
+    b.add_edge("after", END)
+    return b.compile(checkpointer=checkpointer)
+
+
+class Jokes(TypedDict):
+    subjects: list[str]
+    jokes: Annotated[list[str], operator.add]
+
+
+class Subject(TypedDict):
+    subject: str
+
+
+def fanout_graph(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    def joke(state: Subject) -> dict[str, Any]:
+        if state["subject"] == "dogs":  # one branch parks; the others' writes must survive
+            return {"jokes": [f"dogs: {interrupt('punchline?')}"]}
+        return {"jokes": [f"{state['subject']}: ha"]}
+
+    b = StateGraph(Jokes)
+    b.add_node("joke", joke)
+    b.add_conditional_edges(START, lambda s: [Send("joke", {"subject": x}) for x in s["subjects"]],
+                            ["joke"])
+    b.add_edge("joke", END)
+    return b.compile(checkpointer=checkpointer)
+
+
+def functional_workflow(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    @task
+    def double(x: int) -> int:
+        return x * 2
+
+    @entrypoint(checkpointer=checkpointer)
+    def workflow(n: int) -> dict[str, Any]:
+        doubled = [double(i).result() for i in range(n)]
+        approved = interrupt({"doubled": doubled})
+        return {"doubled": doubled, "approved": approved}
+
+    return workflow
+
+
+# =================================================================================== tests
+
+
+def test_put_writes_declares_task_path(saver: RemitSaver) -> None:
+    # the Pregel loop passes task_path only when the signature names it (research 5.3)
+    for method in (saver.put_writes, saver.aput_writes):
+        param = inspect.signature(method).parameters["task_path"]
+        assert param.default == ""
+
+
+def test_linear_invoke_state_and_history(saver: RemitSaver) -> None:
+    mem, rem = both(linear_graph, saver)
+    c1, c2 = cfg(), cfg()
+    out1 = mem.invoke({"items": [], "count": 0}, c1)
+    out2 = rem.invoke({"items": [], "count": 0}, c2)
+    assert out2 == out1 == {"items": ["a", "b", "c"], "count": 20}
+    assert rem.get_state(c2).values == mem.get_state(c1).values
+    assert rem.get_state(c2).next == ()
+    assert shape(rem, c2) == shape(mem, c1)
+    assert len(shape(rem, c2)) == 5  # input, then one per superstep
+
+
+def test_langchain_messages_round_trip(saver: RemitSaver) -> None:
+    mem, rem = both(chat_graph, saver)
+    c1, c2 = cfg(), cfg()
+    start = {"messages": [HumanMessage("hi", id="h-1")]}
+    assert rem.invoke(start, c2) == mem.invoke(start, c1)
+    msgs = rem.get_state(c2).values["messages"]
+    assert [type(m) for m in msgs] == [HumanMessage, AIMessage, ToolMessage]
+    assert msgs[1].tool_calls[0]["args"] == {"q": "x"}
+    assert shape(rem, c2) == shape(mem, c1)
+
+
+def test_interrupt_and_resume_sync(saver: RemitSaver) -> None:
+    mem, rem = both(ask_graph, saver)
+    results = []
+    for graph, config in ((mem, cfg()), (rem, cfg())):
+        parked = graph.invoke({"question": "name?", "answer": "", "log": []}, config)
+        (intr,) = parked["__interrupt__"]
+        assert isinstance(intr, Interrupt) and intr.value == {"question": "name?"}
+        state = graph.get_state(config)
+        assert state.next == ("ask",)
+        assert [i.value for i in state.interrupts] == [{"question": "name?"}]
+        assert state.interrupts[0].id == intr.id
+        final = graph.invoke(Command(resume="Ada"), config)
+        results.append((final, shape(graph, config)))
+    assert results[1] == results[0]
+    assert results[1][0]["log"] == ["prepared", "asked", "done:Ada"]
+
+
+def test_interrupt_and_resume_async(saver: RemitSaver) -> None:
+    async def scenario(graph: Any) -> tuple[Any, ...]:
+        config = cfg()
+        parked = await graph.ainvoke({"question": "q", "answer": "", "log": []}, config)
+        assert parked["__interrupt__"][0].value == {"question": "q"}
+        assert (await graph.aget_state(config)).next == ("ask",)
+        final = await graph.ainvoke(Command(resume="async-yes"), config)
+        history = [(s.metadata["source"], s.metadata["step"], s.next, s.values)
+                   async for s in graph.aget_state_history(config)]
+        return final, history
+
+    mem, rem = both(ask_graph, saver)
+    expected = asyncio.run(scenario(mem))
+    got = asyncio.run(scenario(rem))
+    assert got == expected
+    assert got[0]["log"] == ["prepared", "asked", "done:async-yes"]
+
+
+def test_subgraph_namespace(saver: RemitSaver) -> None:
+    mem, rem = both(nested_graph, saver)
+    seen = []
+    for graph, config in ((mem, cfg()), (rem, cfg())):
+        graph.invoke({"items": []}, config)
+        state = graph.get_state(config, subgraphs=True)
+        assert state.next == ("child",)
+        sub_state = state.tasks[0].state
+        assert sub_state.next == ("approve",)
+        assert sub_state.config["configurable"]["checkpoint_ns"].startswith("child:")
+        assert sub_state.values == {"items": ["before", "s1"]}
+        final = graph.invoke(Command(resume="yes"), config)
+        seen.append((final, shape(graph, config)))
+    assert seen[1] == seen[0]
+    assert seen[1][0]["items"] == ["before", "before", "s1", "approved:yes", "after"]
+    # the subgraph's checkpoints live in their own namespace of the same thread
+    namespaces = {t.config["configurable"]["checkpoint_ns"]
+                  for t in saver.list({"configurable": {"thread_id": config["configurable"]["thread_id"]}})}
+    assert "" in namespaces and any(ns.startswith("child:") for ns in namespaces)
+
+
+def test_send_fanout_with_parked_branch(saver: RemitSaver) -> None:
+    mem, rem = both(fanout_graph, saver)
+    seen = []
+    for graph, config in ((mem, cfg()), (rem, cfg())):
+        parked = graph.invoke({"subjects": ["cats", "dogs", "owls"], "jokes": []}, config)
+        assert parked["__interrupt__"][0].value == "punchline?"
+        final = graph.invoke(Command(resume="woof"), config)
+        seen.append((final, shape(graph, config)))
+    assert seen[1] == seen[0]
+    assert sorted(seen[1][0]["jokes"]) == ["cats: ha", "dogs: woof", "owls: ha"]
+
+
+def test_functional_api(saver: RemitSaver) -> None:
+    mem, rem = both(functional_workflow, saver)
+    seen = []
+    for wf, config in ((mem, cfg()), (rem, cfg())):
+        wf.invoke(3, config)
+        state = wf.get_state(config)
+        assert [i.value for i in state.interrupts] == [{"doubled": [0, 2, 4]}]
+        final = wf.invoke(Command(resume=True), config)
+        seen.append((final, [(s.metadata["source"], s.next, s.values)
+                             for s in wf.get_state_history(config)]))
+    assert seen[1] == seen[0]
+    assert seen[1][0] == {"doubled": [0, 2, 4], "approved": True}
+
+
+def test_update_state_and_fork(saver: RemitSaver) -> None:
+    mem, rem = both(linear_graph, saver)
+    seen = []
+    for graph, config in ((mem, cfg()), (rem, cfg())):
+        graph.invoke({"items": [], "count": 0}, config)
+        graph.update_state(config, {"items": ["edited"], "count": 99}, as_node="c")
+        after_update = graph.get_state(config)
+        assert after_update.metadata["source"] == "update"
+        # fork from the checkpoint taken before "b" ran, then continue from it
+        before_b = next(s for s in graph.get_state_history(config) if s.next == ("b",))
+        fork_config = graph.update_state(before_b.config, {"items": ["forked"]})
+        fork_state = graph.get_state(fork_config)
+        assert fork_state.next == ("b",)
+        resumed = graph.invoke(None, fork_config)
+        seen.append((after_update.values, fork_state.values, resumed, shape(graph, config)))
+    assert seen[1] == seen[0]
+    assert seen[1][0] == {"items": ["a", "b", "c", "edited"], "count": 99}
+    assert seen[1][2]["items"] == ["a", "forked", "b", "c"]
+
+
+class Flaky(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def test_node_error_is_stored_as_the_exception(saver: RemitSaver) -> None:
+    calls = {"n": 0}
+
+    def flaky(state: Flaky) -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyError("first attempt fails")
+        return {"log": ["flaky ok"]}
+
+    b = StateGraph(Flaky)
+    b.add_node("first", lambda s: {"log": ["first"]})
+    b.add_node("flaky", flaky)
+    b.add_edge(START, "first")
+    b.add_edge("first", "flaky")
+    b.add_edge("flaky", END)
+    graph = b.compile(checkpointer=saver)
+    config = cfg()
+    with pytest.raises(KeyError):
+        graph.invoke({"log": []}, config, durability="sync")
+    state = graph.get_state(config)
+    assert state.next == ("flaky",)
+    (error,) = [t.error for t in state.tasks if t.error is not None]
+    assert isinstance(error, KeyError) and error.args == ("first attempt fails",)
+    assert graph.invoke(None, config) == {"log": ["first", "flaky ok"]}
+
+
+class Holder(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+    blob: Any
+
+
+class Opaque:
+    """Neither a pydantic model, a dataclass nor a registered type: not storable."""
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_unserialisable_state_is_refused_and_latest_stays(
+    saver: RemitSaver, durability: Literal["sync", "async"]
+) -> None:
+    b = StateGraph(Holder)
+    b.add_node("good", lambda s: {"log": ["good"]})
+    b.add_node("bad", lambda s: {"blob": Opaque()})
+    b.add_edge(START, "good")
+    b.add_edge("good", "bad")
+    b.add_edge("bad", END)
+    graph = b.compile(checkpointer=saver)
+    config = cfg()
+    with pytest.raises(SerializationError) as info:
+        graph.invoke({"log": []}, config, durability=durability)
+    assert info.value.type_name == "Opaque"
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    assert latest.metadata["step"] == 1 and latest.checkpoint["channel_values"]["log"] == ["good"]
+    assert "blob" not in latest.checkpoint["channel_values"]
+    assert graph.get_state(config).next == ("bad",)
+
+
+def test_from_conn_string_sync_and_async(store_url: str) -> None:
+    thread = cfg()
+    with RemitSaver.from_conn_string(store_url) as saver:
+        linear_graph(saver).invoke({"items": [], "count": 0}, thread)
+
+    async def read_back() -> Any:
+        async with RemitSaver.from_url(store_url) as saver:
+            return (await linear_graph(saver).aget_state(thread)).values
+
+    assert asyncio.run(read_back()) == {"items": ["a", "b", "c"], "count": 20}
+    opened = RemitSaver.from_conn_string(store_url)
+    with opened:
+        pass
+    with pytest.raises(RuntimeError), opened:
+        pass
+
+
+def test_schema_is_kept(store: Store) -> None:
+    assert RemitSaver(store, schema=Linear).schema is Linear
+    assert RemitSaver(store).schema is None
+
+
+# ================================================================================= envelope
+
+
+@pytest.mark.parametrize("value", [
+    Send("node", {"arg": [1, 2]}),
+    Interrupt({"question": "?"}, id="abc"),
+    Command(resume={"id-1": "yes"}, update={"k": 1}, goto=[Send("n", 1)]),
+    Command(graph=Command.PARENT, goto="elsewhere"),
+    [Interrupt("v", id="x"), Interrupt("w", id="y")],
+    Interrupt("v", id="z", response_schema={"type": "string"}),
+])
+def test_langgraph_types_round_trip(value: Any) -> None:
+    assert default_serde.decode(default_serde.encode(value)) == value
+
+
+def test_empty_marker_round_trips() -> None:
+    assert default_serde.decode(default_serde.encode(EMPTY)) is EMPTY
+
+
+def test_known_exception_is_rebuilt() -> None:
+    out = default_serde.decode(default_serde.encode(storable(ValueError("bad", 3), default_serde)))
+    assert type(out) is ValueError and out.args == ("bad", 3)
+
+
+def test_exception_of_unimported_module_becomes_remit_stored_error() -> None:
+    module = types.ModuleType("remit_test_vanishing_errors")
+
+    class Gone(Exception):
+        pass
+
+    Gone.__module__ = module.__name__
+    Gone.__qualname__ = "Gone"
+    module.Gone = Gone  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        data = default_serde.encode(storable(Gone("it left"), default_serde))
+        assert type(default_serde.decode(data)) is Gone
+    finally:
+        del sys.modules[module.__name__]
+    out = default_serde.decode(data)  # the module is no longer imported: nothing is imported
+    assert isinstance(out, RemitStoredError)
+    assert out.type_name == "remit_test_vanishing_errors:Gone" and out.message == "it left"
+    assert module.__name__ not in sys.modules
+
+
+def test_exception_whose_constructor_refuses_its_args() -> None:
+    class Strict(Exception):
+        def __init__(self, code: int, detail: str) -> None:
+            super().__init__(f"{code}: {detail}")
+
+    out = default_serde.decode(default_serde.encode(storable(Strict(7, "x"), default_serde)))
+    assert isinstance(out, RemitStoredError) and out.message == "7: x"
+
+
+def test_exception_with_unstorable_args() -> None:
+    out = default_serde.decode(default_serde.encode(storable(RuntimeError(Opaque()), default_serde)))
+    assert isinstance(out, RemitStoredError) and out.type_name == "builtins:RuntimeError"
+
+
+# ========================================================================= saver, directly
+
+
+def put_chain(saver: RemitSaver, thread: str, sources: list[str]) -> list[Any]:
+    """Checkpoints parent -> child on ``thread``, one per source; returns their configs."""
+    stored: list[Any] = []
+    for step, source in enumerate(sources):
+        config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        if stored:
+            config["configurable"]["checkpoint_id"] = stored[-1]["configurable"]["checkpoint_id"]
+        metadata: Any = {"source": source, "step": step}
+        stored.append(saver.put(config, empty_checkpoint(), metadata, {}))
+    return stored
+
+
+def test_pending_writes_come_back_in_writes_sort_key_order(saver: RemitSaver) -> None:
+    (stored,) = put_chain(saver, uuid.uuid4().hex, ["loop"])
+    # task ids sort opposite to task paths: the store's (task_id, idx) order is wrong here
+    saver.put_writes(stored, [("x", "late-1"), ("y", "late-2")], "task-a", task_path="~push:2")
+    saver.put_writes(stored, [("x", "early")], "task-b", task_path="~push:1")
+    saver.put_writes(stored, [("x", "input")], "task-c")  # graph input: no path, first
+    saver.put_writes(stored, [(ERROR, ValueError("boom"))], "task-b", task_path="~push:1")
+    tup = saver.get_tuple(stored)
+    assert tup is not None and tup.pending_writes is not None
+    assert [(t, c) for t, c, _ in tup.pending_writes] == [
+        ("task-c", "x"), ("task-b", ERROR), ("task-b", "x"), ("task-a", "x"), ("task-a", "y"),
+    ]
+    assert isinstance(tup.pending_writes[1][2], ValueError)
+
+
+def test_special_writes_replace_regular_writes_stay(saver: RemitSaver) -> None:
+    (stored,) = put_chain(saver, uuid.uuid4().hex, ["loop"])
+    saver.put_writes(stored, [(INTERRUPT, "first")], "t")
+    saver.put_writes(stored, [(INTERRUPT, "second")], "t")  # only special writes: replaced
+    saver.put_writes(stored, [("ch", "kept")], "t")
+    saver.put_writes(stored, [("ch", "ignored")], "t")  # a repeat keeps the stored write
+    tup = saver.get_tuple(stored)
+    assert tup is not None
+    assert sorted((c, v) for _, c, v in tup.pending_writes or []) == [
+        ("__interrupt__", "second"), ("ch", "kept")]
+
+
+def test_list_applies_limit_after_filter_and_before(saver: RemitSaver) -> None:
+    thread = uuid.uuid4().hex
+    stored = put_chain(saver, thread, ["input", "loop"] * 5)
+    ids = [c["configurable"]["checkpoint_id"] for c in stored]
+    base: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    found = list(saver.list(base, filter={"source": "input"}, limit=3))
+    assert [t.checkpoint["id"] for t in found] == [ids[8], ids[6], ids[4]]
+    found = list(saver.list(base, filter={"source": "loop"}, before=stored[7], limit=2))
+    assert [t.checkpoint["id"] for t in found] == [ids[5], ids[3]]
+    assert [t.checkpoint["id"] for t in saver.list(base, limit=2)] == [ids[9], ids[8]]
+    assert list(saver.list(base, limit=0)) == []
+    one: Any = {"configurable": {**base["configurable"], "checkpoint_id": ids[2]}}
+    assert [t.checkpoint["id"] for t in saver.list(one, limit=1)] == [ids[2]]
+    assert [t.metadata["step"] for t in saver.list(base, filter={"step": 4})] == [4]
+    assert list(saver.list(base, filter={"source": "update"})) == []
+
+
+def test_alist_matches_list(saver: RemitSaver) -> None:
+    thread = uuid.uuid4().hex
+    put_chain(saver, thread, ["input", "loop", "loop"])
+    base: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+    async def collect() -> list[Any]:
+        return [t async for t in saver.alist(base, filter={"source": "loop"}, limit=5)]
+
+    assert asyncio.run(collect()) == list(saver.list(base, filter={"source": "loop"}, limit=5))
+
+
+def test_channel_without_value_reads_back_absent(saver: RemitSaver) -> None:
+    thread = uuid.uuid4().hex
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"a": 1}
+    checkpoint["channel_versions"] = {"a": "1", "gone": "1"}
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    stored = saver.put(config, checkpoint, {"source": "loop", "step": 0}, {"a": "1", "gone": "1"})
+    tup = saver.get_tuple(stored)
+    assert tup is not None
+    assert tup.checkpoint["channel_values"] == {"a": 1}
+    assert tup.checkpoint["channel_versions"] == {"a": "1", "gone": "1"}
+
+
+def test_next_version_is_ordered_and_unique(saver: RemitSaver) -> None:
+    first = saver.get_next_version(None, None)
+    again = saver.get_next_version(None, None)
+    assert first.startswith(f"{1:032}.") and first != again  # forks must not share a version
+    assert saver.get_next_version(first, None).startswith(f"{2:032}.")
+    assert saver.get_next_version(7, None).startswith(f"{8:032}.")  # type: ignore[arg-type]
+
+
+def test_prune_rejects_a_bare_string_and_unknown_strategy(saver: RemitSaver) -> None:
+    with pytest.raises(TypeError):
+        saver.prune("thread")
+    with pytest.raises(ValueError):
+        saver.prune(["thread"], strategy="keep_some")
+
+
+def test_unsupported_write_raises_at_put_writes(saver: RemitSaver) -> None:
+    (stored,) = put_chain(saver, uuid.uuid4().hex, ["input"])
+    with pytest.raises(SerializationError):
+        saver.put_writes(stored, [("ch", Opaque())], "task-1")
+    tup = saver.get_tuple(stored)
+    assert tup is not None and tup.pending_writes == []
