@@ -37,10 +37,23 @@ class StateSchema:
     def __init__(self, schema: Any, *, strict: bool = False) -> None:
         self.schema = schema
         self.strict = strict
-        self._adapter: TypeAdapter[Any] = TypeAdapter(schema)
         self._fields: dict[str, TypeAdapter[Any]] = {}
+        self._unchecked: set[str] = set()
         for name, tp in self._field_types(schema).items():
-            self._fields[name] = TypeAdapter(tp)
+            try:
+                self._fields[name] = TypeAdapter(tp)
+            except pydantic.PydanticUserError:
+                # a field pydantic cannot build a validator for on this Python (e.g. a nested
+                # typing.TypedDict before 3.12): it is stored unchecked
+                self._unchecked.add(name)
+        self._required: frozenset[str] = frozenset()
+        self._adapter: TypeAdapter[Any] | None
+        if is_typeddict(schema):
+            # pydantic refuses typing.TypedDict before Python 3.12: validate field by field
+            self._adapter = None
+            self._required = frozenset(getattr(schema, "__required_keys__", ()))
+        else:
+            self._adapter = TypeAdapter(schema)
 
     @staticmethod
     def _field_types(schema: Any) -> dict[str, Any]:
@@ -55,7 +68,7 @@ class StateSchema:
 
     @property
     def field_names(self) -> set[str]:
-        return set(self._fields)
+        return set(self._fields) | self._unchecked
 
     def check(self, values: Any, *, run_id: str | None = None, step: str | None = None,
               partial: bool = False) -> Any:
@@ -73,6 +86,8 @@ class StateSchema:
                     except pydantic.ValidationError as exc:
                         raise _prefixed(exc, name) from None
                 return out
+            if self._adapter is None:
+                return self._check_fields(values)
             if isinstance(values, self._python_type()):
                 values = _as_mapping(values)
             return self._adapter.validate_python(values, strict=self.strict)
@@ -80,6 +95,26 @@ class StateSchema:
             raise self._error(exc.error, exc.prefix, run_id, step) from None
         except pydantic.ValidationError as exc:
             raise self._error(exc, "", run_id, step) from None
+
+    def _check_fields(self, values: Any) -> Any:
+        if not isinstance(values, Mapping):
+            raise pydantic.ValidationError.from_exception_data(
+                "state", [{"type": "dict_type", "loc": (), "input": values}])
+        missing = sorted(self._required - set(values))
+        if missing:
+            raise pydantic.ValidationError.from_exception_data(
+                "state", [{"type": "missing", "loc": (missing[0],), "input": values}])
+        out = {}
+        for name, value in values.items():
+            adapter = self._fields.get(name)
+            if adapter is None:
+                out[name] = value
+                continue
+            try:
+                out[name] = adapter.validate_python(value, strict=self.strict)
+            except pydantic.ValidationError as exc:
+                raise _prefixed(exc, name) from None
+        return out
 
     def _python_type(self) -> tuple[type, ...]:
         return (self.schema,) if isinstance(self.schema, type) and not is_typeddict(

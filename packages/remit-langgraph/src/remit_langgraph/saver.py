@@ -44,10 +44,12 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from remit_core import Store, open_store
+from remit_core import StateValidationError, Store, open_store
 from remit_core import records as rc
 from remit_core.serde import default_serde
 from remit_langgraph import _serde
+from remit_langgraph._contract import FORK_FLAG, ConsumeGate, _find_loop
+from remit_langgraph._schema import GraphSchema
 from remit_langgraph._serde import EMPTY, storable
 
 _writes_sort_key: Callable[[str, str, int], tuple[str, str, int]] | None
@@ -85,8 +87,19 @@ class RemitSaver(BaseCheckpointSaver[str]):
     Sync and async methods have the same semantics; the async ones run the sync
     ones in a worker thread.
 
-    ``schema`` is the declared state schema. It is kept as :attr:`schema`;
-    validation against it is applied by remit's contract layer, not by this class.
+    The resume contract (see :mod:`remit_langgraph._contract`):
+
+    * CO: a run that resumes a checkpoint parked on ``interrupt()`` claims it in
+      ``get_tuple``; of k racing resumes one proceeds and the others raise
+      :class:`~remit_core.ConsumeConflict` before any node runs. A resume value
+      delivered where no interrupt is pending raises too, and stores nothing.
+    * CV: with ``schema`` (a TypedDict, pydantic model or dataclass), a node write or
+      a checkpoint whose state violates it raises
+      :class:`~remit_core.StateValidationError` naming the field and the node, and
+      nothing of it is stored. Without ``schema`` nothing is validated.
+    * EO: ``@effect`` calls inside nodes get receipts keyed by thread and task.
+    * FI: ``configurable["remit_fork"] = True`` marks a fork; it takes no claim and a
+      fork-addressed resume uses its own value.
     """
 
     store: Store
@@ -102,6 +115,11 @@ class RemitSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         self.store = store
         self.schema = schema
+        self._schema = None if schema is None else GraphSchema(schema)
+        self._gate = ConsumeGate(self)
+        # CV: a node write refused by put_writes, by the checkpoint it was written against,
+        # so that the refusal of the next checkpoint names the node rather than the step
+        self._refused: dict[tuple[str, str, str], StateValidationError] = {}
         if store.serde is not default_serde:  # a store opened with its own envelope
             _serde.register_types(store.serde)
 
@@ -133,10 +151,17 @@ class RemitSaver(BaseCheckpointSaver[str]):
     # ================================================================================ reading
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """The addressed checkpoint, or the thread's latest in the namespace (None if absent)."""
+        """The addressed checkpoint, or the thread's latest in the namespace (None if absent).
+
+        When a run (not a read) loads a parked checkpoint, this is where it claims the
+        resume (CO) and where a losing racer gets :class:`~remit_core.ConsumeConflict`.
+        """
+        return self._load(config, _find_loop())
+
+    def _load(self, config: RunnableConfig, loop: Any) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)
         found = self.store.get_checkpoint(thread_id, get_checkpoint_id(config), ns=ns)
-        return None if found is None else _to_tuple(found)
+        return self._gate.on_load(dict(config), None if found is None else _to_tuple(found), loop)
 
     def list(
         self,
@@ -201,6 +226,16 @@ class RemitSaver(BaseCheckpointSaver[str]):
         data = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         stored_metadata = get_checkpoint_metadata(config, metadata)
         execution_id = stored_metadata.get("run_id")
+        schema = self._schema
+        parent_id = config["configurable"].get("checkpoint_id")
+
+        def validate() -> None:
+            assert schema is not None
+            try:
+                schema.check_state({ch: values[ch] for ch in new_versions if ch in values},
+                                   run_id=thread_id, step=f"step {stored_metadata.get('step')}")
+            except StateValidationError as exc:
+                raise self._refused.pop((thread_id, ns, str(parent_id)), exc) from None
         self.store.put_checkpoint(
             thread_id,
             checkpoint["id"],
@@ -215,7 +250,9 @@ class RemitSaver(BaseCheckpointSaver[str]):
                 for ch, version in new_versions.items()
             },
             execution_id=None if execution_id is None else str(execution_id),
+            validate=None if schema is None else validate,
         )
+        self._gate.after_put(dict(config))
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -240,6 +277,18 @@ class RemitSaver(BaseCheckpointSaver[str]):
         """
         thread_id, ns = _thread_and_ns(config)
         serde = self.store.serde
+        schema = self._schema
+        checkpoint_id = str(config["configurable"]["checkpoint_id"])
+
+        def validate() -> None:
+            assert schema is not None
+            try:
+                schema.check_writes(writes, run_id=thread_id, node=_node_of(task_path, task_id))
+            except StateValidationError as exc:
+                if len(self._refused) > 1000:
+                    self._refused.clear()
+                self._refused[(thread_id, ns, checkpoint_id)] = exc
+                raise
         self.store.put_writes(
             thread_id,
             config["configurable"]["checkpoint_id"],
@@ -251,7 +300,9 @@ class RemitSaver(BaseCheckpointSaver[str]):
             ns=ns,
             task_path=task_path,
             overwrite=all(channel in WRITES_IDX_MAP for channel, _ in writes),
+            validate=None if schema is None else validate,
         )
+        self._gate.after_writes(dict(config), task_id, writes)
 
     # ============================================================================== deleting
 
@@ -300,7 +351,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
     # ================================================================================== async
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await _in_thread(self.get_tuple, config)
+        return await _in_thread(self._load, config, _find_loop())
 
     async def alist(
         self,
@@ -400,6 +451,15 @@ async def _in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
+def _node_of(task_path: str, task_id: str) -> str:
+    """The node name in a task path such as ``"~__pregel_pull, node"``, else the task id."""
+    if task_path:
+        last = task_path.split(",")[-1].strip().strip("~()' ")
+        if last:
+            return last
+    return task_id
+
+
 def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
     configurable = config["configurable"]
     return str(configurable["thread_id"]), str(configurable.get("checkpoint_ns") or "")
@@ -447,4 +507,4 @@ def _to_tuple(ck: rc.Checkpoint) -> CheckpointTuple:
     )
 
 
-__all__ = ["OpenedSaver", "RemitSaver"]
+__all__ = ["FORK_FLAG", "OpenedSaver", "RemitSaver"]
