@@ -204,3 +204,45 @@ def test_effect_fires_once_across_sigkill(store_url: str, tmp_path: Path) -> Non
         ["effect", "prepare", "2"], ["effect", "charge", "3"]]
 
 
+
+
+def test_fork_twice_gives_one_checkpoint(store_url: str) -> None:
+    """FD: the same fork request (flag, parent, node, values) yields the same id and state."""
+    import asyncio
+
+    from langgraph.graph import END, START, StateGraph
+
+    class S(w.State):
+        pass
+
+    def a(s: S) -> dict[str, Any]:
+        return {"x": s["x"] + 1}
+
+    def b(s: S) -> dict[str, Any]:
+        return {"x": s["x"] * 2}
+
+    g = StateGraph(S)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    with RemitSaver.from_conn_string(store_url) as saver:
+        app = g.compile(checkpointer=saver)
+        cfg = {"configurable": {"thread_id": "fd"}}
+        app.invoke({"x": 1, "log": ""}, cfg)
+        (after_a,) = [h for h in app.get_state_history(cfg) if h.next == ("b",)]
+        fork = {"configurable": {**after_a.config["configurable"], "remit_fork": True}}
+        first = app.update_state(fork, {"x": 42}, as_node="a")
+        count = len(list(saver.list(cfg)))
+        second = app.update_state(fork, {"x": 42}, as_node="a")
+        third = asyncio.run(app.aupdate_state(fork, {"x": 42}, as_node="a"))
+        assert first == second == third
+        assert len(list(saver.list(cfg))) == count  # the repeats stored nothing
+        other = app.update_state(fork, {"x": 43}, as_node="a")
+        assert other["configurable"]["checkpoint_id"] != first["configurable"]["checkpoint_id"]
+        plain = app.update_state(after_a.config, {"x": 42}, as_node="a")  # no flag: not a fork
+        assert plain["configurable"]["checkpoint_id"] != first["configurable"]["checkpoint_id"]
+        assert app.get_state(first).values["x"] == 42
+        assert app.invoke(None, first)["x"] == 84
+        assert app.invoke(None, second)["x"] == 84

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -46,6 +47,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from remit_core import StateValidationError, Store, open_store
 from remit_core import records as rc
+from remit_core.ids import derive_id
 from remit_core.serde import default_serde
 from remit_langgraph import _serde
 from remit_langgraph._contract import FORK_FLAG, ConsumeGate, _find_loop
@@ -219,10 +221,36 @@ class RemitSaver(BaseCheckpointSaver[str]):
 
         Only the channels in ``new_versions`` get a stored value (once per channel
         version); the others are read back at the version ``channel_versions`` names.
+
+        FD: an ``update_state`` with ``configurable["remit_fork"] = True`` stores its
+        checkpoint under an id derived from (thread, namespace, parent, step, node,
+        written values), so forking twice from one checkpoint with the same input
+        yields one checkpoint; the second request stores nothing and returns it.
         """
+        return self._put(config, checkpoint, metadata, new_versions,
+                         from_update=_called_from_update_state())
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        *,
+        from_update: bool,
+    ) -> RunnableConfig:
         thread_id, ns = _thread_and_ns(config)
         serde = self.store.serde
         values = checkpoint.get("channel_values", {})
+        if from_update and config["configurable"].get(FORK_FLAG):
+            fork_id = derive_fork_id(thread_id, ns, config["configurable"].get("checkpoint_id"),
+                                     metadata, {ch: values[ch] for ch in new_versions
+                                                if ch in values}, serde=serde)
+            answer = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                       "checkpoint_id": fork_id}}
+            if self.store.get_checkpoint(thread_id, fork_id, ns=ns, with_writes=False):
+                return answer  # FD: a repeated fork request is idempotent
+            checkpoint = cast(Checkpoint, {**checkpoint, "id": fork_id})
         data = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         stored_metadata = get_checkpoint_metadata(config, metadata)
         execution_id = stored_metadata.get("run_id")
@@ -372,7 +400,8 @@ class RemitSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await _in_thread(self.put, config, checkpoint, metadata, new_versions)
+        return await _in_thread(self._put, config, checkpoint, metadata, new_versions,
+                                from_update=_called_from_update_state())
 
     async def aput_writes(
         self,
@@ -449,6 +478,26 @@ class OpenedSaver:
 
 async def _in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def _called_from_update_state() -> bool:
+    """Whether ``put`` serves ``update_state`` (which uses the id ``put`` returns), not the
+    loop (which keeps the id it minted)."""
+    frame = sys._getframe(2)
+    for _ in range(6):
+        if frame is None:
+            return False
+        if frame.f_code.co_name in ("bulk_update_state", "abulk_update_state"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def derive_fork_id(thread_id: str, ns: str, parent_id: str | None, metadata: Any,
+                   written: Mapping[str, Any], *, serde: Any = None) -> str:
+    """The id of a fork: the same parent, node and written values give the same id."""
+    intent = f"fork|{ns}|{metadata.get('source')}|{metadata.get('step')}"
+    return derive_id(f"{thread_id}|{parent_id or ''}", intent, dict(written), serde=serde)
 
 
 def _node_of(task_path: str, task_id: str) -> str:
