@@ -33,9 +33,10 @@ id keeps the target's checkpoint and blobs and adds the source's missing writes;
 checkpoints were all pruned may or may not still be listed by ``list_runs``, and
 ``before=`` is only checked when the id names one namespace of the run.
 
-One store URL serves all examples of a test (the conftest fixture), so each
-example starts by deleting every run it can touch and checking that the store
-is then empty.
+One store URL serves all examples of a test (the conftest fixture). Each
+example gives the names it sends to the store (runs, keys, execution ids) a
+fresh prefix, ignores other examples' records in the store-wide listings, and
+deletes its runs at teardown; a failing example prints the unprefixed names.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -56,12 +58,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
+    initialize,
     invariant,
     multiple,
     precondition,
     rule,
     run_state_machine_as_test,
 )
+
 from remit_core import ConsumeConflict, SerializationError, StateValidationError, open_store
 from remit_core.errors import LeaseLost
 from remit_core.records import Checkpoint, Claim, Receipt
@@ -74,13 +78,13 @@ NSS = ("", "sub:1")
 CIDS = ("c0", "c1", "c2", "c3")
 KINDS = ("step", "fork")
 CHANNELS = ("x", "y")
-VERSIONS = ("1", "2", "3")
+VERSIONS = ("1", "2", "3", "4")
 TASKS = ("t0", "t1")
 EXECS = ("e0", "e1")
-RECEIPT_KEYS = {"r0/fx0": "r0", "r0/fx1": "r0", "r1/fx0": "r1"}  # key -> run
-CLAIM_KEYS = {"r0/gate0": "r0", "r1/gate0": "r1", "r1/gate1": "r1"}
-DIGESTS = (None, "d1", "d2")
-OWNERS = 3  # live owners per process generation
+RECEIPT_KEYS = {"r0/fx": "r0", "r1/fx": "r1"}  # key -> run (few keys: they contend)
+CLAIM_KEYS = {"r0/gate": "r0", "r1/gate": "r1"}
+DIGESTS = ("d1", "d2", None)
+OWNERS = 2  # live owners per process generation
 
 LONG = 60.0  # never expires within an example
 TINY = 0.001  # expired before the next step (the machine waits for it)
@@ -105,6 +109,11 @@ VALUES = st.recursive(
                    | st.dictionaries(st.sampled_from("kl"), inner, max_size=2)),
     max_leaves=3,
 )
+
+VERSION_MAPS = st.none() | st.dictionaries(st.sampled_from(CHANNELS), st.sampled_from(VERSIONS),
+                                           max_size=2)
+NEW_VALUES = st.dictionaries(st.sampled_from(CHANNELS), st.tuples(st.sampled_from(VERSIONS), VALUES),
+                             max_size=2)
 
 CkKey = tuple[str, str, str]  # (run, ns, checkpoint_id)
 
@@ -292,12 +301,12 @@ class Model:
 
     # ------------------------------------------------------------------------------ receipts
 
-    def start_receipt(self, key: str, owner: str, expired: bool, may_take_over: bool
-                      ) -> tuple[str, bool]:
+    def start_receipt(self, key: str, run_id: str, owner: str, expired: bool,
+                      may_take_over: bool) -> tuple[str, bool]:
         """The ``_start_receipt`` decision table: (outcome, whether a lease was written)."""
         r = self.receipts.get(key)
         if r is None:
-            self.receipts[key] = MReceipt(RECEIPT_KEYS[key], "started", owner, 1, 1, expired)
+            self.receipts[key] = MReceipt(run_id, "started", owner, 1, 1, expired)
             return "run", True
         if r.status == "completed":
             return "done", False
@@ -337,12 +346,12 @@ class Model:
 
     # -------------------------------------------------------------------------------- claims
 
-    def claim(self, key: str, owner: str, expired: bool, digest: str | None, value: Any
-              ) -> tuple[str, bool]:
+    def claim(self, key: str, run_id: str, owner: str, expired: bool, digest: str | None,
+              value: Any) -> tuple[str, bool]:
         """The ``_claim`` decision table: (outcome, whether a lease was written)."""
         c = self.claims.get(key)
         if c is None:
-            self.claims[key] = MClaim(CLAIM_KEYS[key], "claimed", owner, 1, digest, value, expired)
+            self.claims[key] = MClaim(run_id, "claimed", owner, 1, digest, value, expired)
             return "won", True
         if c.status == "consumed":
             return "consumed", False
@@ -401,7 +410,7 @@ for table in ("remit_checkpoints", "remit_blobs", "remit_writes", "remit_receipt
               "remit_claims"):
     conn.execute(f"DELETE FROM {table}")
 conn.executemany("INSERT INTO remit_blobs VALUES ('r0', '', ?, '1', ?)",
-                 [(f"junk{i}", b"j" * 4096) for i in range(300)])
+                 [(f"junk{i}", b"j" * 4096) for i in range(64)])
 conn.execute("UPDATE remit_runs SET updated_at = 0")
 os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -419,7 +428,7 @@ def abandon_open_transaction(path: str) -> None:
 
 
 def kill_writer_mid_transaction(path: str) -> None:
-    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, path], capture_output=True,
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", KILLED_WRITER, path], capture_output=True,
                           timeout=60, check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
 
@@ -428,7 +437,12 @@ def kill_writer_mid_transaction(path: str) -> None:
 
 
 class StoreMachine(RuleBasedStateMachine):
-    """One store (one URL) against one :class:`Model`, with crashes in between."""
+    """One store (one URL) against one :class:`Model`, with crashes in between.
+
+    Rules take the logical names of the pools; every name that reaches the store
+    (run ids, receipt and claim keys, execution ids) carries this example's
+    prefix, and the model holds the prefixed names.
+    """
 
     receipt_grants = Bundle("receipt_grants")  # (key, owner, fence) ever granted
     claim_grants = Bundle("claim_grants")
@@ -437,22 +451,38 @@ class StoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.url = url
         self.backend = backend
+        self.prefix = f"m{uuid.uuid4().hex[:10]}."
         self.model = Model()
         self.gen = 0  # process generation; its owners die at the next crash
         self.max_seq = 0
+        self.writer_killed = False
         self.graveyard: list[Store] = []
         self.store = open_store(url)
-        for run in RUNS:  # the store is shared by the examples of one test
-            self.store.delete_run(run)
-        leftover = self.store.usage()
-        assert all(v == 0 for v in leftover.values()), f"delete_run left {leftover}"
+        # Other examples of this test share the store; they cleaned up after themselves
+        # unless delete_run is broken, and then their leftovers are this baseline.
+        self.baseline = self.usage_counts()
 
     def teardown(self) -> None:
-        for s in [self.store, *self.graveyard]:
-            s.close()
+        try:
+            for run in RUNS:
+                self.store.delete_run(self.p(run))
+        finally:
+            for s in [self.store, *self.graveyard]:
+                s.close()
+
+    def p(self, name: str) -> str:
+        return self.prefix + name
+
+    def ours(self, name: str) -> bool:
+        return name.startswith(self.prefix)
 
     def owner(self, who: int) -> str:
         return f"p{self.gen}-o{who}"
+
+    def usage_counts(self) -> dict[str, int]:
+        got = self.store.usage()
+        got.pop("blob_bytes")
+        return got
 
     # ----------------------------------------------------------------------- comparisons
 
@@ -492,9 +522,10 @@ class StoreMachine(RuleBasedStateMachine):
 
     def check_claim(self, got: Claim) -> None:
         m = self.model.claims[got.key]
-        assert (got.run_id, got.status, got.owner, got.fence, got.digest) == (
-            m.run_id, m.status, m.owner, m.fence, m.digest), (got, m)
-        assert same(got.value, m.value), (got, m)
+        assert (got.run_id, got.status, got.fence) == (m.run_id, m.status, m.fence), (got, m)
+        if m.status != "released":  # what a released claim keeps is not specified
+            assert (got.owner, got.digest) == (m.owner, m.digest), (got, m)
+            assert same(got.value, m.value), (got, m)
         assert (got.consumed_at is not None) == (m.status == "consumed"), (got, m)
         if m.status == "claimed":
             now = time.time()
@@ -519,18 +550,10 @@ class StoreMachine(RuleBasedStateMachine):
 
     # ----------------------------------------------------------------------- checkpoints
 
-    @rule(run=st.sampled_from(RUNS), ns=st.sampled_from(NSS), cid=st.sampled_from(CIDS),
-          parent=st.none() | st.sampled_from(CIDS), kind=st.sampled_from(KINDS),
-          data=VALUES, metadata=VALUES,
-          versions=st.none() | st.dictionaries(st.sampled_from(CHANNELS),
-                                               st.sampled_from(VERSIONS), max_size=2),
-          new_values=st.dictionaries(st.sampled_from(CHANNELS),
-                                     st.tuples(st.sampled_from(VERSIONS), VALUES), max_size=2),
-          execution_id=st.none() | st.sampled_from(EXECS), exclusive=st.booleans())
-    def put_checkpoint(self, run: str, ns: str, cid: str, parent: str | None, kind: str,
-                       data: Any, metadata: Any, versions: dict[str, str] | None,
-                       new_values: dict[str, tuple[str, Any]], execution_id: str | None,
-                       exclusive: bool) -> None:
+    def _put(self, run: str, ns: str, cid: str, parent: str | None, kind: str, data: Any,
+             metadata: Any, versions: dict[str, str] | None,
+             new_values: dict[str, tuple[str, Any]], execution_id: str | None,
+             exclusive: bool) -> None:
         def put() -> Checkpoint:
             return self.store.put_checkpoint(
                 run, cid, ns=ns, parent_id=parent, kind=kind, data=data, metadata=metadata,
@@ -551,6 +574,64 @@ class StoreMachine(RuleBasedStateMachine):
             (run, ns, cid)].versions
         self.see_seq((run, ns, cid), got.seq)
 
+    def _put_writes(self, key: CkKey, task_id: str, writes: list[tuple[int, str, Any]],
+                    task_path: str, overwrite: bool) -> None:
+        run, ns, cid = key
+        self.store.put_writes(run, cid, task_id, writes, ns=ns, task_path=task_path,
+                              overwrite=overwrite)
+        self.model.put_writes(key, task_id, writes, task_path, overwrite)
+
+    @initialize(histories=st.lists(
+        st.tuples(st.sampled_from(RUNS), st.sampled_from(NSS),
+                  st.lists(VALUES, min_size=1, max_size=len(CIDS)), st.booleans()),
+        max_size=3))
+    def seed(self, histories: list[tuple[str, str, list[Any], bool]]) -> None:
+        """Start from a few linear histories c0 <- c1 <- ...: channel x gets a new version
+        at every step, channel y keeps the one written by c0 (as a graph runtime does)."""
+        for run, ns, values, with_writes in histories:
+            parent = None
+            for i, value in enumerate(values):
+                cid = CIDS[i]
+                new = {"x": (VERSIONS[i], value)} | ({"y": ("1", i)} if i == 0 else {})
+                self._put(self.p(run), ns, cid, parent, "step", {"step": i}, None,
+                          {"x": VERSIONS[i], "y": "1"}, new, self.p(EXECS[i % 2]),
+                          exclusive=True)
+                parent = cid
+            if with_writes and parent is not None:
+                self._put_writes((self.p(run), ns, parent), "t0", [(0, "x", "w")], "", False)
+
+    @rule(run=st.sampled_from(RUNS), ns=st.sampled_from(NSS), cid=st.sampled_from(CIDS),
+          parent=st.none() | st.sampled_from(CIDS), kind=st.sampled_from(KINDS),
+          data=VALUES, metadata=VALUES, versions=VERSION_MAPS, new_values=NEW_VALUES,
+          execution=st.none() | st.sampled_from(EXECS), exclusive=st.booleans())
+    def put_checkpoint(self, run: str, ns: str, cid: str, parent: str | None, kind: str,
+                       data: Any, metadata: Any, versions: dict[str, str] | None,
+                       new_values: dict[str, tuple[str, Any]], execution: str | None,
+                       exclusive: bool) -> None:
+        self._put(self.p(run), ns, cid, parent, kind, data, metadata, versions, new_values,
+                  None if execution is None else self.p(execution), exclusive)
+
+    @precondition(lambda self: self.model.checkpoints)
+    @rule(draw=st.data(), sibling=st.booleans(), cid=st.sampled_from(CIDS),
+          kind=st.sampled_from(KINDS), data=VALUES, versions=VERSION_MAPS,
+          new_values=NEW_VALUES, execution=st.none() | st.sampled_from(EXECS),
+          exclusive=st.booleans())
+    def put_child(self, draw: st.DataObject, sibling: bool, cid: str, kind: str, data: Any,
+                  versions: dict[str, str] | None, new_values: dict[str, tuple[str, Any]],
+                  execution: str | None, exclusive: bool) -> None:
+        """A successor of an existing checkpoint, or a second successor of an existing
+        checkpoint's parent (so that exclusive_child meets rivals)."""
+        children = sorted(k for k, c in self.model.checkpoints.items() if c.parent_id)
+        if sibling and children:
+            run, ns, base = draw.draw(st.sampled_from(children), label="sibling of")
+            parent = self.model.checkpoints[(run, ns, base)].parent_id
+            kind = self.model.checkpoints[(run, ns, base)].kind
+        else:
+            run, ns, parent = draw.draw(st.sampled_from(sorted(self.model.checkpoints)),
+                                        label="child of")
+        self._put(run, ns, cid, parent, kind, data, {"parent": parent}, versions, new_values,
+                  None if execution is None else self.p(execution), exclusive)
+
     @precondition(lambda self: self.model.checkpoints)
     @rule(draw=st.data(), task_id=st.sampled_from(TASKS),
           writes=st.lists(st.tuples(st.integers(-3, 2),
@@ -560,14 +641,30 @@ class StoreMachine(RuleBasedStateMachine):
     def put_writes(self, draw: st.DataObject, task_id: str, writes: list[tuple[int, str, Any]],
                    task_path: str, overwrite: bool) -> None:
         key = draw.draw(st.sampled_from(sorted(self.model.checkpoints)), label="checkpoint")
-        run, ns, cid = key
-        self.store.put_writes(run, cid, task_id, writes, ns=ns, task_path=task_path,
-                              overwrite=overwrite)
-        self.model.put_writes(key, task_id, writes, task_path, overwrite)
+        self._put_writes(key, task_id, writes, task_path, overwrite)
 
-    @rule(run=st.sampled_from(RUNS), ns=st.sampled_from(NSS),
-          cid=st.none() | st.sampled_from(CIDS), with_writes=st.booleans())
-    def get_checkpoint(self, run: str, ns: str, cid: str | None, with_writes: bool) -> None:
+    @rule(what=st.sampled_from(("get", "list", "list_runs", "everything")),
+          run=st.none() | st.sampled_from(RUNS), ns=st.none() | st.sampled_from(NSS),
+          cid=st.none() | st.sampled_from(CIDS), limit=st.none() | st.integers(0, 3),
+          executions=st.none() | st.lists(st.sampled_from(EXECS), min_size=1, unique=True),
+          with_writes=st.booleans())
+    def read(self, what: str, run: str | None, ns: str | None, cid: str | None,
+             limit: int | None, executions: list[str] | None, with_writes: bool) -> None:
+        """get_checkpoint (latest or addressed), list_checkpoints (``cid`` as ``before``),
+        list_runs, or every checkpoint with its writes."""
+        if what == "get":
+            self.check_get(self.p(run or RUNS[0]), ns or "", cid, with_writes)
+        elif what == "list":
+            self.check_list(None if run is None else self.p(run), ns,
+                            cid if run is not None else None, limit,
+                            None if executions is None else [self.p(e) for e in executions],
+                            with_writes)
+        elif what == "list_runs":
+            self.check_list_runs(None if limit == 0 else limit)
+        else:
+            self.check_everything()
+
+    def check_get(self, run: str, ns: str, cid: str | None, with_writes: bool) -> None:
         got = self.store.get_checkpoint(run, cid, ns=ns, with_writes=with_writes)
         key = self.model.latest(run, ns) if cid is None else (run, ns, cid)
         if key is None or key not in self.model.checkpoints:
@@ -576,54 +673,28 @@ class StoreMachine(RuleBasedStateMachine):
             assert got is not None, key
             self.check_checkpoint(got, key, with_writes)
 
-    @rule(run=st.none() | st.sampled_from(RUNS), ns=st.none() | st.sampled_from(NSS),
-          before=st.none() | st.sampled_from(CIDS), limit=st.none() | st.integers(0, 3),
-          execution_ids=st.none() | st.lists(st.sampled_from(EXECS), min_size=1, unique=True),
-          with_writes=st.booleans())
-    def list_checkpoints(self, run: str | None, ns: str | None, before: str | None,
-                         limit: int | None, execution_ids: list[str] | None,
-                         with_writes: bool) -> None:
-        if run is None:
-            before = None  # ``before`` names a checkpoint of ``run_id``
+    def check_list(self, run: str | None, ns: str | None, before: str | None,
+                   limit: int | None, execution_ids: list[str] | None,
+                   with_writes: bool) -> None:
         want = self.model.listing(run, ns, before, limit, execution_ids)
-        got = list(self.store.list_checkpoints(run, ns=ns, before=before, limit=limit,
-                                               execution_ids=execution_ids,
-                                               with_writes=with_writes))
+        got = [c for c in self.store.list_checkpoints(
+            run, ns=ns, before=before, limit=limit, execution_ids=execution_ids,
+            with_writes=with_writes) if self.ours(c.run_id)]
         if want is None:
             return  # ``before`` names checkpoints in several namespaces of the run
         assert [(c.run_id, c.ns, c.checkpoint_id) for c in got] == want
-        for c in got:
+        for c in got[::-1]:  # oldest first: a copied checkpoint's seq is seen in order
             self.check_checkpoint(c, (c.run_id, c.ns, c.checkpoint_id), with_writes)
 
-    @rule(run=st.sampled_from(RUNS))
-    def delete_run(self, run: str) -> None:
-        self.store.delete_run(run)
-        self.model.delete_run(run)
-
-    @rule(pair=st.permutations(RUNS).map(lambda p: p[:2]))
-    def copy_run(self, pair: tuple[str, str]) -> None:
-        self.store.copy_run(*pair)
-        self.model.copy_run(*pair)
-
-    @rule(run=st.sampled_from(RUNS), keep=st.integers(0, 2))
-    def prune_run(self, run: str, keep: int) -> None:
-        self.store.prune_run(run, keep_latest=keep)
-        self.model.prune_run(run, keep)
-
-    @rule(execution_ids=st.lists(st.sampled_from(EXECS), min_size=1, unique=True))
-    def delete_executions(self, execution_ids: list[str]) -> None:
-        self.store.delete_executions(execution_ids)
-        self.model.delete_executions(execution_ids)
-
-    @rule(limit=st.none() | st.integers(1, 3))
-    def list_runs(self, limit: int | None) -> None:
+    def check_list_runs(self, limit: int | None) -> None:
         infos = self.store.list_runs(limit=limit)
-        runs = {r.run_id: r for r in infos}
-        assert len(runs) == len(infos) and set(runs) <= set(RUNS), infos
+        assert len({r.run_id for r in infos}) == len(infos), infos
         if limit is not None:
-            assert len(infos) <= limit
+            assert len(infos) <= limit, infos
             return
-        for run in RUNS:
+        runs = {r.run_id: r for r in infos if self.ours(r.run_id)}
+        assert set(runs) <= {self.p(r) for r in RUNS}, runs
+        for run in map(self.p, RUNS):
             keys = self.model.newest_first(k for k in self.model.checkpoints if k[0] == run)
             info = runs.get(run)
             if keys:
@@ -635,12 +706,43 @@ class StoreMachine(RuleBasedStateMachine):
                 assert run in self.model.runs, info
                 assert (info.checkpoints, info.latest_checkpoint_id) == (0, None), info
 
+    def check_everything(self) -> None:
+        """Every checkpoint with its values and writes (the invariants read fewer writes)."""
+        got = [c for c in self.store.list_checkpoints(with_writes=True) if self.ours(c.run_id)]
+        keys = [(c.run_id, c.ns, c.checkpoint_id) for c in got]
+        assert keys == self.model.newest_first(self.model.checkpoints), keys
+        for c, key in zip(got[::-1], keys[::-1], strict=True):
+            self.check_checkpoint(c, key, with_writes=True)
+
+    @rule(op=st.sampled_from(("delete_run", "copy_run", "prune_run", "delete_executions")),
+          runs=st.permutations(RUNS), keep=st.integers(0, 2),
+          executions=st.lists(st.sampled_from(EXECS), min_size=1, unique=True))
+    def maintain(self, op: str, runs: list[str], keep: int, executions: list[str]) -> None:
+        """delete_run(runs[0]), copy_run(runs[0] -> runs[1]), prune_run(runs[0], keep)
+        or delete_executions(executions)."""
+        run, other = self.p(runs[0]), self.p(runs[1])
+        if op == "delete_run":
+            self.store.delete_run(run)
+            self.model.delete_run(run)
+        elif op == "copy_run":
+            self.store.copy_run(run, other)
+            self.model.copy_run(run, other)
+        elif op == "prune_run":
+            self.store.prune_run(run, keep_latest=keep)
+            self.model.prune_run(run, keep)
+        else:
+            execution_ids = [self.p(e) for e in executions]
+            self.store.delete_executions(execution_ids)
+            self.model.delete_executions(execution_ids)
+
     # -------------------------------------------------------- failed writes write nothing
 
     @rule(run=st.sampled_from(RUNS), ns=st.sampled_from(NSS), cid=st.sampled_from(CIDS),
           how=st.sampled_from(("validate-checkpoint", "serialize-checkpoint",
                                "validate-writes", "serialize-writes")))
     def failed_write(self, run: str, ns: str, cid: str, how: str) -> None:
+        run = self.p(run)
+
         def refuse() -> None:
             raise StateValidationError("refused by the test", run_id=run, step=cid, field="x")
 
@@ -669,23 +771,23 @@ class StoreMachine(RuleBasedStateMachine):
         self.graveyard.append(self.store)  # closed only at teardown (resource hygiene)
         path = getattr(self.store, "path", None)
         if self.backend == "sqlite" and path is not None:
-            if how == "open-transaction":
-                abandon_open_transaction(path)
-            elif how == "killed-writer":
+            if how == "killed-writer" and not self.writer_killed:  # once per example: slow
+                self.writer_killed = True
                 kill_writer_mid_transaction(path)
+            elif how != "drop":
+                abandon_open_transaction(path)
         self.gen += 1  # every owner of the old process is dead from now on
         self.store = open_store(self.url)
+        self.check_everything()
 
     # --------------------------------------------------------------------------- receipts
 
-    @rule(target=receipt_grants, key=st.sampled_from(sorted(RECEIPT_KEYS)),
-          who=st.integers(0, OWNERS - 1), take=st.booleans(), tiny=st.booleans())
-    def start_receipt(self, key: str, who: int, take: bool, tiny: bool) -> Any:
-        owner = self.owner(who)
-        got = self.store.start_receipt(key, run_id=RECEIPT_KEYS[key], step="s", name=key,
-                                       ordinal=0, owner=owner, may_take_over=take,
+    def _start(self, key: str, owner: str, take: bool, tiny: bool) -> Any:
+        run = self.p(RECEIPT_KEYS[key.removeprefix(self.prefix)])
+        got = self.store.start_receipt(key, run_id=run, step="s", name=key, ordinal=0,
+                                       owner=owner, may_take_over=take,
                                        lease=TINY if tiny else LONG)
-        outcome, leased = self.model.start_receipt(key, owner, tiny, take)
+        outcome, leased = self.model.start_receipt(key, run, owner, tiny, take)
         assert got.outcome == outcome, (got, self.model.receipts.get(key))
         if leased and tiny:
             self.await_expiry(lambda: self.receipt_lease(key))
@@ -693,6 +795,21 @@ class StoreMachine(RuleBasedStateMachine):
         if outcome in ("run", "taken_over"):
             return multiple((key, owner, got.receipt.fence))
         return multiple()
+
+    @rule(target=receipt_grants, key=st.sampled_from(sorted(RECEIPT_KEYS)),
+          who=st.integers(0, OWNERS - 1), take=st.booleans(), tiny=st.booleans())
+    def start_receipt(self, key: str, who: int, take: bool, tiny: bool) -> Any:
+        return self._start(self.p(key), self.owner(who), take, tiny)
+
+    @precondition(lambda self: self.model.receipts)
+    @rule(target=receipt_grants, draw=st.data(), who=st.integers(0, OWNERS - 2),
+          take=st.booleans(), tiny=st.booleans())
+    def contend_receipt(self, draw: st.DataObject, who: int, take: bool, tiny: bool) -> Any:
+        """Another live owner starts a stored receipt (busy, take-over, in doubt, done)."""
+        key = draw.draw(st.sampled_from(sorted(self.model.receipts)), label="key")
+        others = [o for o in map(self.owner, range(OWNERS))
+                  if o != self.model.receipts[key].owner]
+        return self._start(key, others[who], take, tiny)
 
     @rule(grant=receipt_grants)
     def complete_receipt(self, grant: tuple[str, str, int]) -> None:
@@ -704,11 +821,16 @@ class StoreMachine(RuleBasedStateMachine):
             with pytest.raises(LeaseLost):
                 self.store.complete_receipt(key, owner=owner, fence=fence, result=result)
 
-    @rule(grant=receipt_grants)
-    def release_receipt(self, grant: tuple[str, str, int]) -> None:
+    @rule(grant=receipt_grants, by_hand=st.booleans())
+    def release_receipt(self, grant: tuple[str, str, int], by_hand: bool) -> None:
+        """The owner releases (fenced), or an operator resets the receipt (unfenced)."""
         key, owner, fence = grant
-        self.store.release_receipt(key, owner=owner, fence=fence)
-        self.model.release_receipt(key, owner, fence)
+        if by_hand:
+            self.store.reset_receipt(key)
+            self.model.receipts.pop(key, None)
+        else:
+            self.store.release_receipt(key, owner=owner, fence=fence)
+            self.model.release_receipt(key, owner, fence)
 
     @rule(grant=receipt_grants, tiny=st.booleans())
     def renew_receipt(self, grant: tuple[str, str, int], tiny: bool) -> None:
@@ -718,23 +840,15 @@ class StoreMachine(RuleBasedStateMachine):
         if ok and tiny:
             self.await_expiry(lambda: self.receipt_lease(key))
 
-    @rule(key=st.sampled_from(sorted(RECEIPT_KEYS)))
-    def reset_receipt(self, key: str) -> None:
-        self.store.reset_receipt(key)
-        self.model.receipts.pop(key, None)
-
     # ----------------------------------------------------------------------------- claims
 
-    @rule(target=claim_grants, key=st.sampled_from(sorted(CLAIM_KEYS)),
-          who=st.integers(0, OWNERS - 1), digest=st.sampled_from(DIGESTS),
-          value=st.none() | VALUES, tiny=st.booleans())
-    def claim_once(self, key: str, who: int, digest: str | None, value: Any, tiny: bool) -> Any:
-        owner = self.owner(who)
+    def _claim(self, key: str, owner: str, digest: str | None, value: Any, tiny: bool) -> Any:
+        run = self.p(CLAIM_KEYS[key.removeprefix(self.prefix)])
         before = self.model.claims.get(key)
-        outcome, leased = self.model.claim(key, owner, tiny, digest, value)
+        outcome, leased = self.model.claim(key, run, owner, tiny, digest, value)
 
         def claim() -> Claim:
-            return self.store.claim_once(key, run_id=CLAIM_KEYS[key], owner=owner, digest=digest,
+            return self.store.claim_once(key, run_id=run, owner=owner, digest=digest,
                                          value=value, lease=TINY if tiny else LONG)
 
         if outcome in ("held", "consumed", "mismatch"):
@@ -752,6 +866,24 @@ class StoreMachine(RuleBasedStateMachine):
             self.await_expiry(lambda: self.claim_lease(key))
         self.check_claim(got)
         return multiple((key, owner, got.fence))
+
+    @rule(target=claim_grants, key=st.sampled_from(sorted(CLAIM_KEYS)),
+          who=st.integers(0, OWNERS - 1), digest=st.sampled_from(DIGESTS),
+          value=st.none() | VALUES, tiny=st.booleans())
+    def claim_once(self, key: str, who: int, digest: str | None, value: Any, tiny: bool) -> Any:
+        return self._claim(self.p(key), self.owner(who), digest, value, tiny)
+
+    @precondition(lambda self: self.model.claims)
+    @rule(target=claim_grants, draw=st.data(), who=st.integers(0, OWNERS - 2),
+          digest_is=st.sampled_from(("same", "none", "other")), tiny=st.booleans())
+    def contend_claim(self, draw: st.DataObject, who: int, digest_is: str, tiny: bool) -> Any:
+        """Another live owner claims a stored claim: held, take-over, mismatch, consumed."""
+        key = draw.draw(st.sampled_from(sorted(self.model.claims)), label="key")
+        m = self.model.claims[key]
+        others = [o for o in map(self.owner, range(OWNERS)) if o != m.owner]
+        digest = {"same": m.digest, "none": None,
+                  "other": "d2" if m.digest == "d1" else "d1"}[digest_is]
+        return self._claim(key, others[who], digest, None, tiny)
 
     @rule(grant=claim_grants, digest=st.sampled_from(DIGESTS))
     def consume_claim(self, grant: tuple[str, str, int], digest: str | None) -> None:
@@ -781,43 +913,45 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_checkpoint_matches(self) -> None:
-        got = list(self.store.list_checkpoints(with_writes=False))
+        got = [c for c in self.store.list_checkpoints(with_writes=False) if self.ours(c.run_id)]
         keys = [(c.run_id, c.ns, c.checkpoint_id) for c in got]
         assert keys == self.model.newest_first(self.model.checkpoints), keys
-        for c, key in zip(got, keys, strict=True):
+        for c, key in zip(got[::-1], keys[::-1], strict=True):  # oldest first: seqs rise
             self.check_checkpoint(c, key, with_writes=False)
 
     @invariant()
     def latest_per_run_and_ns_matches(self) -> None:
-        for run in RUNS:
+        for run in map(self.p, RUNS):
             for ns in NSS:
-                got = self.store.get_checkpoint(run, ns=ns)
                 key = self.model.latest(run, ns)
+                # Writes are read when the model has some (a stray write shows in usage).
+                with_writes = key is not None and bool(self.model.writes_of(key))
+                got = self.store.get_checkpoint(run, ns=ns, with_writes=with_writes)
                 if key is None:
                     assert got is None, got
                 else:
                     assert got is not None, key
-                    self.check_checkpoint(got, key, with_writes=True)
+                    self.check_checkpoint(got, key, with_writes=with_writes)
 
     @invariant()
     def every_receipt_matches(self) -> None:
-        got = {r.key: r for r in self.store.list_receipts()}
+        got = {r.key: r for r in self.store.list_receipts() if self.ours(r.key)}
         assert set(got) == set(self.model.receipts), (sorted(got), sorted(self.model.receipts))
         for r in got.values():
             self.check_receipt(r)
 
     @invariant()
     def every_claim_matches(self) -> None:
-        got = {c.key: c for c in self.store.list_claims()}
+        got = {c.key: c for c in self.store.list_claims() if self.ours(c.key)}
         assert set(got) == set(self.model.claims), (sorted(got), sorted(self.model.claims))
         for c in got.values():
             self.check_claim(c)
 
     @invariant()
     def usage_matches(self) -> None:
-        got = self.store.usage()
-        got.pop("blob_bytes")
-        assert got == self.model.usage(), (got, self.model.usage())
+        got = self.usage_counts()
+        mine = {k: v - self.baseline[k] for k, v in got.items()}
+        assert mine == self.model.usage(), (got, self.baseline, self.model.usage())
 
 
 def test_store_matches_model(backend: str, store_url: str) -> None:
@@ -827,12 +961,19 @@ def test_store_matches_model(backend: str, store_url: str) -> None:
 def test_model_decision_tables() -> None:
     """The model itself follows the decision tables (a direct check, no store)."""
     model = Model()
-    assert model.start_receipt("r0/fx0", "a", True, False) == ("run", True)
-    assert model.start_receipt("r0/fx0", "b", False, False) == ("in_doubt", False)
-    assert model.start_receipt("r0/fx0", "b", False, True) == ("taken_over", True)
-    assert model.start_receipt("r0/fx0", "a", False, True) == ("busy", False)
-    assert not model.complete_receipt("r0/fx0", "a", 1, "late")
-    assert model.claim("r0/gate0", "a", True, "d1", 1) == ("won", True)
-    assert model.claim("r0/gate0", "b", False, "d2", 2) == ("mismatch", False)
-    assert model.claim("r0/gate0", "b", False, None, None) == ("taken_over", True)
-    assert model.claims["r0/gate0"].value == 1 and model.claims["r0/gate0"].fence == 2
+    assert model.start_receipt("k", "r", "a", True, False) == ("run", True)
+    assert model.start_receipt("k", "r", "b", False, False) == ("in_doubt", False)
+    assert model.start_receipt("k", "r", "b", False, True) == ("taken_over", True)
+    assert model.start_receipt("k", "r", "a", False, True) == ("busy", False)
+    assert not model.complete_receipt("k", "a", 1, "late")
+    assert model.complete_receipt("k", "b", 2, "ok")
+    assert model.start_receipt("k", "r", "c", False, True) == ("done", False)
+    assert model.claim("g", "r", "a", True, "d1", 1) == ("won", True)
+    assert model.claim("g", "r", "a", True, "d2", 2) == ("reentered", False)
+    assert model.claim("g", "r", "b", False, "d2", 2) == ("mismatch", False)
+    assert model.claim("g", "r", "b", False, None, None) == ("taken_over", True)
+    assert model.claims["g"].value == 1 and model.claims["g"].fence == 2
+    assert model.claim("g", "r", "c", False, None, None) == ("held", False)
+    assert not model.consume_claim("g", "a", 1, None)
+    assert model.consume_claim("g", "b", 2, None) and model.claims["g"].digest == "d1"
+    assert model.claim("g", "r", "c", False, None, None) == ("consumed", False)

@@ -30,6 +30,7 @@ import functools
 import random
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from types import FrameType
 from typing import Any, ParamSpec, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -246,8 +247,8 @@ class RemitSaver(BaseCheckpointSaver[str]):
             fork_id = derive_fork_id(thread_id, ns, config["configurable"].get("checkpoint_id"),
                                      metadata, {ch: values[ch] for ch in new_versions
                                                 if ch in values}, serde=serde)
-            answer = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
-                                       "checkpoint_id": fork_id}}
+            answer: RunnableConfig = {"configurable": {
+                "thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": fork_id}}
             if self.store.get_checkpoint(thread_id, fork_id, ns=ns, with_writes=False):
                 return answer  # FD: a repeated fork request is idempotent
             checkpoint = cast(Checkpoint, {**checkpoint, "id": fork_id})
@@ -483,7 +484,7 @@ async def _in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T
 def _called_from_update_state() -> bool:
     """Whether ``put`` serves ``update_state`` (which uses the id ``put`` returns), not the
     loop (which keeps the id it minted)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(6):
         if frame is None:
             return False
