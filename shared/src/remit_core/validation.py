@@ -75,17 +75,7 @@ class StateSchema:
         """Return the validated value, or raise :class:`StateValidationError`."""
         try:
             if partial and isinstance(values, Mapping) and self._fields:
-                out = {}
-                for name, value in values.items():
-                    adapter = self._fields.get(name)
-                    if adapter is None:
-                        out[name] = value
-                        continue
-                    try:
-                        out[name] = adapter.validate_python(value, strict=self.strict)
-                    except pydantic.ValidationError as exc:
-                        raise _prefixed(exc, name) from None
-                return out
+                return self._each_field(values)
             if self._adapter is None:
                 return self._check_fields(values)
             if isinstance(values, self._python_type()):
@@ -104,6 +94,10 @@ class StateSchema:
         if missing:
             raise pydantic.ValidationError.from_exception_data(
                 "state", [{"type": "missing", "loc": (missing[0],), "input": values}])
+        return self._each_field(values)
+
+    def _each_field(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate each present field on its own; unknown keys pass through."""
         out = {}
         for name, value in values.items():
             adapter = self._fields.get(name)
@@ -149,8 +143,8 @@ def _prefixed(exc: pydantic.ValidationError, prefix: str) -> _PrefixedError:
 
 
 def _as_mapping(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(round_trip=True)
+    if isinstance(value, BaseModel):  # the raw field values, as assigned
+        return {name: getattr(value, name) for name in type(value).model_fields}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     return value
