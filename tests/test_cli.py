@@ -1,0 +1,60 @@
+"""The remit command: inspect shows runs, checkpoints, receipts and claims."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from remit_core import effect, effect_scope, open_store
+from remit_core.cli import main
+from remit_core.store import new_owner
+
+
+@pytest.fixture
+def filled(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/s.db"
+    with open_store(url) as s:
+        s.put_checkpoint("run-1", "c1", new_values={"x": ("1", 1)})
+        s.put_checkpoint("run-1", "c2", parent_id="c1", kind="end", versions={"x": "1"})
+        s.put_writes("run-1", "c2", "t", [(0, "x", 2)])
+
+        @effect(name="pay")
+        def pay() -> str:
+            return "ok"
+
+        with effect_scope(s, "run-1", "s"):
+            pay()
+        owner = new_owner()
+        c = s.claim_once("gate", run_id="run-1", owner=owner, digest="abc")
+        s.consume_claim("gate", owner=owner, fence=c.fence)
+    return url
+
+
+def test_inspect_runs(filled: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", filled]) == 0
+    out = capsys.readouterr().out
+    assert "run-1" in out and "c2" in out and "end" in out
+    assert "run-1|s|pay|0" in out and "completed" in out
+    assert "gate" in out and "consumed" in out
+
+
+def test_inspect_run_json(filled: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", filled, "run-1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [c["checkpoint_id"] for c in report["checkpoints"]] == ["c2", "c1"]
+    assert report["checkpoints"][0]["pending_writes"] == 1
+    assert report["receipts"][0]["status"] == "completed"
+    assert report["claims"][0]["digest"] == "abc" and report["claims"][0]["status"] == "consumed"
+
+
+def test_bad_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "mysql://u:pw@h/db"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown store scheme" in err and "pw@" not in err
+
+
+def test_check_not_available_yet(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check"]) == 2
+    assert "not available" in capsys.readouterr().err
