@@ -333,10 +333,17 @@ def _wait_durable(saver: RemitSaver, conf: dict[str, Any], thread_id: str, task_
     graph_ns = task_ns.rpartition("|")[0] if "|" in task_ns else ""
     runtime = conf.get(_RUNTIME)
     info = getattr(runtime, "execution_info", None)
-    checkpoint_id = getattr(info, "checkpoint_id", None) or (
-        conf.get("checkpoint_map") or {}).get(graph_ns)
+    checkpoint_map: dict[str, Any] = conf.get("checkpoint_map") or {}
+    checkpoint_id = getattr(info, "checkpoint_id", None) or checkpoint_map.get(graph_ns)
     if not checkpoint_id:
         return
+    # The namespace the checkpoint is stored in is that of the loop running the task. A
+    # functional @task runs in its caller's loop, but its namespace nests under the caller
+    # task's ("wf:<id>|prep:<id>"), and the map lists the caller's namespace with the same
+    # checkpoint id: the loop's own namespace is the shortest one mapped to that id.
+    owners = [k for k, v in checkpoint_map.items() if v == checkpoint_id]
+    if owners:
+        graph_ns = min(owners, key=len)
     deadline = time.monotonic() + DURABLE_WAIT
     pause = 0.002
     while saver.store.get_checkpoint(thread_id, checkpoint_id, ns=graph_ns,
