@@ -397,16 +397,15 @@ def test_reducer_field_wrong_element_caught_at_checkpoint(store_url: str,
         cfg = w.cfg_of("red")
         with pytest.raises(StateValidationError) as info:
             app.invoke({"x": 1, "items": []}, cfg, durability=durability)  # type: ignore[arg-type]
-        assert info.value.field == "items[1]" and info.value.run_id == "red"
+        # the write is refused on its own (folded into the stored list, which under
+        # "async" durability may not be stored yet: then the bad element is items[0])
+        assert info.value.field in ("items[0]", "items[1]") and info.value.run_id == "red"
+        assert "'bad'" in str(info.value.step)
         stored = [ck.checkpoint["channel_values"] for ck in saver.list(cfg)]
         assert stored[0]["items"] == [1]  # the latest stored checkpoint is the last valid one
         assert all("oops" not in v.get("items", []) for v in stored)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a reducer field's invalid write passes put_writes (reducer inputs are not "
-    "validated), is stored as a pending write, and then poisons the thread: get_state "
-    "shows it, and the node never re-runs, so every resume is refused again"))
 def test_reducer_field_invalid_write_leaves_thread_resumable(store_url: str) -> None:
     with RemitSaver.from_conn_string(store_url, schema=w.RState) as saver:
         cfg = w.cfg_of("red")

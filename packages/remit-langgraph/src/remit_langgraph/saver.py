@@ -29,6 +29,7 @@ import asyncio
 import functools
 import random
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar, cast
@@ -264,7 +265,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
                 schema.check_state({ch: values[ch] for ch in new_versions if ch in values},
                                    run_id=thread_id, step=f"step {stored_metadata.get('step')}")
             except StateValidationError as exc:
-                raise self._refused.pop((thread_id, ns, str(parent_id)), exc) from None
+                raise self._node_error((thread_id, ns, str(parent_id)), exc) from None
         self.store.put_checkpoint(
             thread_id,
             checkpoint["id"],
@@ -312,7 +313,8 @@ class RemitSaver(BaseCheckpointSaver[str]):
         def validate() -> None:
             assert schema is not None
             try:
-                schema.check_writes(writes, run_id=thread_id, node=_node_of(task_path, task_id))
+                schema.check_writes(writes, run_id=thread_id, node=_node_of(task_path, task_id),
+                                    current=lambda: self._values_at(thread_id, ns, checkpoint_id))
             except StateValidationError as exc:
                 if len(self._refused) > 1000:
                     self._refused.clear()
@@ -332,6 +334,24 @@ class RemitSaver(BaseCheckpointSaver[str]):
             validate=None if schema is None else validate,
         )
         self._gate.after_writes(dict(config), task_id, writes)
+
+    def _node_error(self, key: tuple[str, str, str],
+                    fallback: StateValidationError) -> StateValidationError:
+        """The refusal of a node's write against the parent checkpoint, which names the node.
+
+        The loop may store the checkpoint while that node's ``put_writes`` is still in
+        flight in another thread; on this failure path only, wait a moment for it.
+        """
+        deadline = time.monotonic() + 0.5
+        while key not in self._refused and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return self._refused.pop(key, fallback)
+
+    def _values_at(self, thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
+        found = self.store.get_checkpoint(thread_id, checkpoint_id, ns=ns, with_writes=False)
+        if found is None:
+            return {}
+        return {c: v for c, v in found.values.items() if v is not EMPTY}
 
     # ============================================================================== deleting
 
