@@ -503,3 +503,15 @@ def test_scope_resolver(store: Store) -> None:
         assert calls == [1]
     finally:
         _resolvers.remove(resolver)
+
+
+def test_unscoped_effect_with_key_parameter_gets_a_fresh_key() -> None:
+    keys: list[str] = []
+
+    @effect(name="unscoped-key")
+    def f(*, idempotency_key: str) -> str:
+        keys.append(idempotency_key)
+        return "ok"
+
+    assert f() == "ok" and f() == "ok"
+    assert len(set(keys)) == 2 and all(k.startswith("unscoped-") for k in keys)

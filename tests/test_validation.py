@@ -59,3 +59,19 @@ def test_typeddict_missing_required_key() -> None:
     with pytest.raises(StateValidationError) as info:
         StateSchema(TD).check({"count": 1})
     assert info.value.field == "tags"
+
+
+def test_strict_instances_and_partial_without_fields() -> None:
+    strict = StateSchema(DC, strict=True)
+    strict.check(DC(count=1, tags=["a"]))
+    with pytest.raises(StateValidationError, match="count"):
+        strict.check(DC(count="1"))  # type: ignore[arg-type]
+    assert StateSchema(int).check({"anything": 1}, partial=True) == {"anything": 1}
+
+
+def test_scalar_schema() -> None:
+    s = StateSchema(int, strict=True)
+    assert s.check(5) == 5
+    with pytest.raises(StateValidationError) as info:
+        s.check("5", run_id="r", step="end")
+    assert info.value.field == "$"

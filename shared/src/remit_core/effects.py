@@ -14,7 +14,9 @@ that step, so:
 * a receipt whose owner died mid-call is in doubt: the function is re-called
   with the same ``idempotency_key`` when it accepts one (or with
   ``on_in_doubt="retry"``), else :class:`EffectInDoubt` is raised;
-* a call that raises leaves no receipt: the next call runs it again.
+* a call that raises leaves no receipt: the next call runs it again;
+* outside any scope the function runs as a plain call (a function that takes
+  ``idempotency_key`` gets a fresh one), with a one-line warning.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import inspect
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, ParamSpec, TypeVar, overload
@@ -179,6 +182,13 @@ class _Call:
         return kwargs
 
 
+def _unscoped_kwargs(takes_key: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A plain call still gets an idempotency key (a fresh one: there is no receipt)."""
+    if takes_key and "idempotency_key" not in kwargs:
+        return {**kwargs, "idempotency_key": f"unscoped-{uuid.uuid4()}"}
+    return kwargs
+
+
 def _warn_unscoped(name: str) -> None:
     if name not in _warned:
         _warned.add(name)
@@ -226,7 +236,7 @@ def effect(
                 scope = current_scope()
                 if scope is None:
                     _warn_unscoped(ename)
-                    return await func(*args, **kwargs)
+                    return await func(*args, **_unscoped_kwargs(takes_key, kwargs))
                 call = _Call(scope, ename, takes_key, on_in_doubt, wait)
                 store = call.store
                 while True:
@@ -256,7 +266,7 @@ def effect(
             scope = current_scope()
             if scope is None:
                 _warn_unscoped(ename)
-                return func(*args, **kwargs)
+                return func(*args, **_unscoped_kwargs(takes_key, kwargs))
             call = _Call(scope, ename, takes_key, on_in_doubt, wait)
             store = call.store
             while True:

@@ -74,12 +74,14 @@ class StateSchema:
               partial: bool = False) -> Any:
         """Return the validated value, or raise :class:`StateValidationError`."""
         try:
-            if partial and isinstance(values, Mapping) and self._fields:
+            if partial and isinstance(values, Mapping):
                 return self._each_field(values)
+            if isinstance(values, self._python_type()):
+                # an instance may have been built or assigned without validation: check the
+                # values its fields hold now, one by one (strict mode included)
+                return self._each_field(_as_mapping(values))
             if self._adapter is None:
                 return self._check_fields(values)
-            if isinstance(values, self._python_type()):
-                values = _as_mapping(values)
             return self._adapter.validate_python(values, strict=self.strict)
         except _PrefixedError as exc:
             raise self._error(exc.error, exc.prefix, run_id, step) from None
@@ -111,8 +113,12 @@ class StateSchema:
         return out
 
     def _python_type(self) -> tuple[type, ...]:
-        return (self.schema,) if isinstance(self.schema, type) and not is_typeddict(
-            self.schema) else ()
+        """The schema's class when its instances carry fields (a model or a dataclass)."""
+        schema = self.schema
+        if isinstance(schema, type) and (issubclass(schema, BaseModel)
+                                         or dataclasses.is_dataclass(schema)):
+            return (schema,)
+        return ()
 
     def _error(self, exc: pydantic.ValidationError, prefix: str, run_id: str | None,
                step: str | None) -> StateValidationError:

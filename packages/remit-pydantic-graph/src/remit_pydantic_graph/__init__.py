@@ -1,4 +1,16 @@
-"""remit for pydantic-graph 1.x. The adapter lands with its own issue; this package re-exports the core."""
+"""remit for pydantic-graph 1.x: ``persistence=RemitStatePersistence.from_url(url, run_id=...)``.
+
+    from remit_pydantic_graph import RemitStatePersistence
+
+    persistence = RemitStatePersistence.from_url("sqlite:///runs.db", run_id="order-42")
+    await graph.run(Start(), state=state, persistence=persistence)
+    # later, in any process:
+    async with graph.iter_from_persistence(persistence) as run: ...
+
+Supports pydantic-graph>=1.0,<2 (2.0 removed the persistence API); importing this
+package next to another version raises ImportError. The core's entry points and
+errors are re-exported, so an app imports from one place.
+"""
 
 from remit_core import (
     ConsumeConflict,
@@ -9,14 +21,18 @@ from remit_core import (
     effect,
     open_store,
 )
+from remit_pydantic_graph._compat import PYDANTIC_GRAPH_VERSION  # first: the version guard
+from remit_pydantic_graph.persistence import RemitStatePersistence
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PYDANTIC_GRAPH_VERSION",
     "ConsumeConflict",
     "CorruptRecord",
     "EffectInDoubt",
     "RemitError",
+    "RemitStatePersistence",
     "StateValidationError",
     "effect",
     "open_store",
