@@ -12,14 +12,15 @@ checks after every step that the store and the model agree.
   (bounded) and from then on the model knows the lease has expired. So every
   outcome (``busy``/``in_doubt``/``taken_over``, ``held``/``mismatch``) is decided
   by the model, never by a race with the clock.
-* **Crashes.** ``crash`` abandons the current Store object without closing it
-  and opens a new one on the same URL: every committed record must survive, and
-  the owners of the crashed "process" (generation) are dead: they never start or
-  claim again, their long leases stay busy and their tiny leases are there to be
-  taken over (or found in doubt). Their grants stay in the bundles, so a zombie
-  that wakes up later and writes with its old fence is exercised too (it must be
-  fenced out). On SQLite a crash also abandons an open ``BEGIN IMMEDIATE``
-  transaction (a raw connection that wrote and was closed without commit), or
+* **Crashes.** ``crash`` (at most ``MAX_CRASHES`` per example) abandons the
+  current Store object without closing it and opens a new one on the same URL,
+  which must read back everything committed. The owners of the crashed
+  "process" (generation) are dead: they never start or claim again, their long
+  leases stay busy and their tiny leases are there to be taken over (or found in
+  doubt). Their grants stay in the bundles, so a zombie that wakes up later and
+  writes with its old fence is exercised too (it must be fenced out). On SQLite
+  a crash also abandons an open ``BEGIN IMMEDIATE`` transaction (a raw
+  connection that wrote and was closed without commit), or (once per example)
   runs a writer process that is SIGKILLed in the middle of a large transaction
   whose pages spilled into the WAL.
 * **Failed writes.** A validator that raises, or an unserialisable value, must
@@ -33,10 +34,13 @@ id keeps the target's checkpoint and blobs and adds the source's missing writes;
 checkpoints were all pruned may or may not still be listed by ``list_runs``, and
 ``before=`` is only checked when the id names one namespace of the run.
 
-One store URL serves all examples of a test (the conftest fixture). Each
+One store URL serves all examples of a test (the conftest fixture), and one
+Store opened by the test serves every example until it crashes (opening a
+connection pool per example would dominate the run time on PostgreSQL). Each
 example gives the names it sends to the store (runs, keys, execution ids) a
 fresh prefix, ignores other examples' records in the store-wide listings, and
 deletes its runs at teardown; a failing example prints the unprefixed names.
+``REMIT_MODEL_EXAMPLES=2000`` (with ``--timeout=0``) runs a longer soak.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ RECEIPT_KEYS = {"r0/fx": "r0", "r1/fx": "r1"}  # key -> run (few keys: they cont
 CLAIM_KEYS = {"r0/gate": "r0", "r1/gate": "r1"}
 DIGESTS = ("d1", "d2", None)
 OWNERS = 2  # live owners per process generation
+MAX_CRASHES = 2  # per example (a reopen is slow on a server)
 
 LONG = 60.0  # never expires within an example
 TINY = 0.001  # expired before the next step (the machine waits for it)
@@ -92,7 +97,7 @@ EXPIRY_WAIT = 5.0  # bound on that wait
 
 SETTINGS = settings(
     max_examples=200,
-    stateful_step_count=25,
+    stateful_step_count=20,
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -112,8 +117,8 @@ VALUES = st.recursive(
 
 VERSION_MAPS = st.none() | st.dictionaries(st.sampled_from(CHANNELS), st.sampled_from(VERSIONS),
                                            max_size=2)
-NEW_VALUES = st.dictionaries(st.sampled_from(CHANNELS), st.tuples(st.sampled_from(VERSIONS), VALUES),
-                             max_size=2)
+NEW_VALUES = st.dictionaries(st.sampled_from(CHANNELS),
+                             st.tuples(st.sampled_from(VERSIONS), VALUES), max_size=2)
 
 CkKey = tuple[str, str, str]  # (run, ns, checkpoint_id)
 
@@ -142,6 +147,7 @@ class MCheckpoint:
     versions: dict[str, str]
     order: int  # model write order: a higher order must have a higher store seq
     seq: int | None = None  # the store's seq, once observed (it never changes afterwards)
+    floor: int | None = None  # for a copy: the highest seq observed before copy_run
 
 
 @dataclass
@@ -256,9 +262,9 @@ class Model:
             del self.blobs[bkey]
 
     def delete_run(self, run: str) -> None:
-        for table in (self.checkpoints, self.blobs, self.writes):
-            for k in [k for k in table if k[0] == run]:
-                del table[k]
+        self.checkpoints = {k: c for k, c in self.checkpoints.items() if k[0] != run}
+        self.blobs = {k: v for k, v in self.blobs.items() if k[0] != run}
+        self.writes = {k: w for k, w in self.writes.items() if k[0] != run}
         for key in [k for k, r in self.receipts.items() if r.run_id == run]:
             del self.receipts[key]
         for key in [k for k, c in self.claims.items() if c.run_id == run]:
@@ -428,8 +434,8 @@ def abandon_open_transaction(path: str) -> None:
 
 
 def kill_writer_mid_transaction(path: str) -> None:
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", KILLED_WRITER, path], capture_output=True,
-                          timeout=60, check=False)
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", KILLED_WRITER, path],
+                          capture_output=True, timeout=60, check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
 
 
@@ -447,7 +453,7 @@ class StoreMachine(RuleBasedStateMachine):
     receipt_grants = Bundle("receipt_grants")  # (key, owner, fence) ever granted
     claim_grants = Bundle("claim_grants")
 
-    def __init__(self, url: str, backend: str) -> None:
+    def __init__(self, url: str, backend: str, store: Store) -> None:
         super().__init__()
         self.url = url
         self.backend = backend
@@ -456,8 +462,9 @@ class StoreMachine(RuleBasedStateMachine):
         self.gen = 0  # process generation; its owners die at the next crash
         self.max_seq = 0
         self.writer_killed = False
-        self.graveyard: list[Store] = []
-        self.store = open_store(url)
+        self.graveyard: list[Store] = []  # stores of crashed processes
+        self.shared = store  # opened once per test (opening a pool per example is slow)
+        self.store = store
         # Other examples of this test share the store; they cleaned up after themselves
         # unless delete_run is broken, and then their leftovers are this baseline.
         self.baseline = self.usage_counts()
@@ -467,8 +474,9 @@ class StoreMachine(RuleBasedStateMachine):
             for run in RUNS:
                 self.store.delete_run(self.p(run))
         finally:
-            for s in [self.store, *self.graveyard]:
-                s.close()
+            for s in {id(s): s for s in [self.store, *self.graveyard]}.values():
+                if s is not self.shared:
+                    s.close()
 
     def p(self, name: str) -> str:
         return self.prefix + name
@@ -489,7 +497,8 @@ class StoreMachine(RuleBasedStateMachine):
     def see_seq(self, key: CkKey, seq: int) -> None:
         m = self.model.checkpoints[key]
         if m.seq is None:
-            assert seq > self.max_seq, f"{key}: new seq {seq} not above {self.max_seq}"
+            floor = self.max_seq if m.floor is None else m.floor
+            assert seq > floor, f"{key}: new seq {seq} not above {floor}"
             m.seq = seq
         assert seq == m.seq, f"{key}: seq changed from {m.seq} to {seq}"
         self.max_seq = max(self.max_seq, seq)
@@ -643,22 +652,27 @@ class StoreMachine(RuleBasedStateMachine):
         key = draw.draw(st.sampled_from(sorted(self.model.checkpoints)), label="checkpoint")
         self._put_writes(key, task_id, writes, task_path, overwrite)
 
-    @rule(what=st.sampled_from(("get", "list", "list_runs", "everything")),
-          run=st.none() | st.sampled_from(RUNS), ns=st.none() | st.sampled_from(NSS),
+    @rule(what=st.sampled_from(("get", "list", "list_before", "list_all", "list_runs",
+                                "everything")),
+          draw=st.data(), run=st.sampled_from(RUNS), ns=st.none() | st.sampled_from(NSS),
           cid=st.none() | st.sampled_from(CIDS), limit=st.none() | st.integers(0, 3),
           executions=st.none() | st.lists(st.sampled_from(EXECS), min_size=1, unique=True),
           with_writes=st.booleans())
-    def read(self, what: str, run: str | None, ns: str | None, cid: str | None,
+    def read(self, what: str, draw: st.DataObject, run: str, ns: str | None, cid: str | None,
              limit: int | None, executions: list[str] | None, with_writes: bool) -> None:
-        """get_checkpoint (latest or addressed), list_checkpoints (``cid`` as ``before``),
-        list_runs, or every checkpoint with its writes."""
+        """get_checkpoint (latest, or ``cid``), list_checkpoints of a run (``cid`` as
+        ``before``; or before a stored checkpoint) or of all runs, list_runs, or every
+        checkpoint with its writes."""
+        execution_ids = None if executions is None else [self.p(e) for e in executions]
         if what == "get":
-            self.check_get(self.p(run or RUNS[0]), ns or "", cid, with_writes)
+            self.check_get(self.p(run), ns or "", cid, with_writes)
         elif what == "list":
-            self.check_list(None if run is None else self.p(run), ns,
-                            cid if run is not None else None, limit,
-                            None if executions is None else [self.p(e) for e in executions],
-                            with_writes)
+            self.check_list(self.p(run), ns, cid, limit, execution_ids, with_writes)
+        elif what == "list_before" and self.model.checkpoints:
+            key = draw.draw(st.sampled_from(sorted(self.model.checkpoints)), label="before")
+            self.check_list(key[0], ns, key[2], limit, execution_ids, with_writes)
+        elif what == "list_all":
+            self.check_list(None, ns, None, limit, execution_ids, with_writes)
         elif what == "list_runs":
             self.check_list_runs(None if limit == 0 else limit)
         else:
@@ -682,7 +696,8 @@ class StoreMachine(RuleBasedStateMachine):
             with_writes=with_writes) if self.ours(c.run_id)]
         if want is None:
             return  # ``before`` names checkpoints in several namespaces of the run
-        assert [(c.run_id, c.ns, c.checkpoint_id) for c in got] == want
+        keys = [(c.run_id, c.ns, c.checkpoint_id) for c in got]
+        assert keys == want, (keys, want)
         for c in got[::-1]:  # oldest first: a copied checkpoint's seq is seen in order
             self.check_checkpoint(c, (c.run_id, c.ns, c.checkpoint_id), with_writes)
 
@@ -710,7 +725,8 @@ class StoreMachine(RuleBasedStateMachine):
         """Every checkpoint with its values and writes (the invariants read fewer writes)."""
         got = [c for c in self.store.list_checkpoints(with_writes=True) if self.ours(c.run_id)]
         keys = [(c.run_id, c.ns, c.checkpoint_id) for c in got]
-        assert keys == self.model.newest_first(self.model.checkpoints), keys
+        want = self.model.newest_first(self.model.checkpoints)
+        assert keys == want, (keys, want)
         for c, key in zip(got[::-1], keys[::-1], strict=True):
             self.check_checkpoint(c, key, with_writes=True)
 
@@ -727,6 +743,9 @@ class StoreMachine(RuleBasedStateMachine):
         elif op == "copy_run":
             self.store.copy_run(run, other)
             self.model.copy_run(run, other)
+            for c in self.model.checkpoints.values():
+                if c.seq is None:  # a copy: its seq is above every seq seen so far
+                    c.floor = self.max_seq
         elif op == "prune_run":
             self.store.prune_run(run, keep_latest=keep)
             self.model.prune_run(run, keep)
@@ -734,6 +753,7 @@ class StoreMachine(RuleBasedStateMachine):
             execution_ids = [self.p(e) for e in executions]
             self.store.delete_executions(execution_ids)
             self.model.delete_executions(execution_ids)
+        self.check_latest(everywhere=True)  # nothing deleted may still be the latest
 
     # -------------------------------------------------------- failed writes write nothing
 
@@ -765,6 +785,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     # ---------------------------------------------------------------------------- crashes
 
+    @precondition(lambda self: self.gen < MAX_CRASHES)
     @rule(how=st.sampled_from(("drop", "open-transaction", "killed-writer")))
     def crash(self, how: str) -> None:
         """The process dies: its Store is abandoned unclosed, a new one opens the URL."""
@@ -779,6 +800,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.gen += 1  # every owner of the old process is dead from now on
         self.store = open_store(self.url)
         self.check_everything()
+        self.check_latest(everywhere=True)
 
     # --------------------------------------------------------------------------- receipts
 
@@ -901,6 +923,16 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.release_claim(key, owner=owner, fence=fence) == \
             self.model.release_claim(key, owner, fence), grant
 
+    @rule(target=claim_grants, grant=claim_grants, digest=st.sampled_from(DIGESTS),
+          tiny=st.booleans())
+    def redeliver(self, grant: tuple[str, str, int], digest: str | None, tiny: bool) -> Any:
+        """The holder gives the claim back and claims it again: the same owner now holds
+        a newer fence, and its old grant must be fenced out."""
+        key, owner, fence = grant
+        assert self.store.release_claim(key, owner=owner, fence=fence) == \
+            self.model.release_claim(key, owner, fence), grant
+        return self._claim(key, owner, digest, None, tiny)
+
     @rule(grant=claim_grants, tiny=st.booleans())
     def renew_claim(self, grant: tuple[str, str, int], tiny: bool) -> None:
         key, owner, fence = grant
@@ -915,16 +947,24 @@ class StoreMachine(RuleBasedStateMachine):
     def every_checkpoint_matches(self) -> None:
         got = [c for c in self.store.list_checkpoints(with_writes=False) if self.ours(c.run_id)]
         keys = [(c.run_id, c.ns, c.checkpoint_id) for c in got]
-        assert keys == self.model.newest_first(self.model.checkpoints), keys
+        want = self.model.newest_first(self.model.checkpoints)
+        assert keys == want, (keys, want)
         for c, key in zip(got[::-1], keys[::-1], strict=True):  # oldest first: seqs rise
             self.check_checkpoint(c, key, with_writes=False)
 
     @invariant()
     def latest_per_run_and_ns_matches(self) -> None:
+        self.check_latest(everywhere=False)
+
+    def check_latest(self, *, everywhere: bool) -> None:
+        """get_checkpoint(run, ns=ns) is the model's latest, for every (run, ns) that has
+        checkpoints, and (``everywhere``, after deletions and crashes) None for the others.
+        Writes are read when the model has some; a stray write shows in the usage counts."""
         for run in map(self.p, RUNS):
             for ns in NSS:
                 key = self.model.latest(run, ns)
-                # Writes are read when the model has some (a stray write shows in usage).
+                if key is None and not everywhere:
+                    continue
                 with_writes = key is not None and bool(self.model.writes_of(key))
                 got = self.store.get_checkpoint(run, ns=ns, with_writes=with_writes)
                 if key is None:
@@ -955,7 +995,9 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 def test_store_matches_model(backend: str, store_url: str) -> None:
-    run_state_machine_as_test(lambda: StoreMachine(store_url, backend), settings=SETTINGS)
+    with open_store(store_url) as store:
+        run_state_machine_as_test(lambda: StoreMachine(store_url, backend, store),
+                                  settings=SETTINGS)
 
 
 def test_model_decision_tables() -> None:
