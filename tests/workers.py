@@ -19,7 +19,7 @@ from remit_core import ConsumeConflict, EffectInDoubt, effect, effect_scope, ope
 from remit_core.store import new_owner
 
 
-def _ledger_append(path: str, line: str) -> None:
+def note(path: str, line: str) -> None:
     """The oracle: every real call of an effect body appends one line (O_APPEND is atomic)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -63,7 +63,7 @@ def effect_racer(url: str, ledger: str, rounds: int, barrier: Any, results: Any)
 
     @effect(name="charge")
     def charge(round_no: int, *, idempotency_key: str) -> dict[str, Any]:
-        _ledger_append(ledger, f"{round_no} {os.getpid()} {idempotency_key}")
+        note(ledger, f"{round_no} {os.getpid()} {idempotency_key}")
         return {"txn": f"txn-{round_no}-{os.getpid()}", "key": idempotency_key}
 
     broken = os.environ.get("REMIT_TEST_BREAK") == "effects"
@@ -95,7 +95,7 @@ def die_inside_effect(url: str, ledger: str, with_key: bool, conn: Connection) -
     if with_key:
         @effect(name="pay")
         def pay(*, idempotency_key: str) -> str:
-            _ledger_append(ledger, f"call {idempotency_key}")
+            note(ledger, f"call {idempotency_key}")
             conn.send(("inside", idempotency_key))
             conn.recv()  # the process dies after the external call, before the receipt
             return "never"
@@ -104,7 +104,7 @@ def die_inside_effect(url: str, ledger: str, with_key: bool, conn: Connection) -
     else:
         @effect(name="pay")
         def pay_no_key() -> str:
-            _ledger_append(ledger, "call")
+            note(ledger, "call")
             conn.send(("inside", None))
             conn.recv()
             return "never"
@@ -121,12 +121,12 @@ def recover_effect(url: str, ledger: str, with_key: bool) -> tuple[str, Any]:
 
     @effect(name="pay")
     def pay(*, idempotency_key: str) -> str:
-        _ledger_append(ledger, f"call {idempotency_key}")
+        note(ledger, f"call {idempotency_key}")
         return f"paid:{idempotency_key}"
 
     @effect(name="pay")
     def pay_no_key() -> str:
-        _ledger_append(ledger, "call")
+        note(ledger, "call")
         return "paid"
 
     try:

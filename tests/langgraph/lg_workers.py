@@ -14,6 +14,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from remit_langgraph import ConsumeConflict, RemitSaver, _contract, effect
+from tests.workers import note
 
 if os.environ.get("REMIT_TEST_BREAK") == "langgraph-gate":  # protection off, in every process
     _contract.ConsumeGate.on_load = lambda self, config, found, loop: found  # type: ignore[method-assign]
@@ -22,15 +23,6 @@ if os.environ.get("REMIT_TEST_BREAK") == "langgraph-gate":  # protection off, in
 class State(TypedDict):
     x: int
     log: str
-
-
-def note(ledger: str, line: str) -> None:
-    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def build(ledger: str, *, hang: Connection | None = None) -> StateGraph:

@@ -23,6 +23,18 @@ from tests.langgraph import lg_workers as w
 CTX = mp.get_context("spawn")
 
 
+def recover_after_lease(store_url: str, thread: str, ledger: Path) -> Any:
+    """invoke(None) in fresh processes until the dead owner's lease (1 s) has run out and
+    recovery takes the claim over (a live claim answers ConsumeConflict)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with CTX.Pool(1) as pool:
+                return pool.apply(w.recover, (store_url, thread, str(ledger)))
+        except ConsumeConflict:
+            assert time.monotonic() < deadline
+
+
 def lines(ledger: Path) -> list[str]:
     return ledger.read_text().splitlines() if ledger.exists() else []
 
@@ -110,14 +122,7 @@ def test_owner_dies_after_claiming(store_url: str, tmp_path: Path) -> None:
         cfg = {"configurable": {"thread_id": "lv"}}
         with pytest.raises(ConsumeConflict):  # a different value never replaces the claimed one
             app.invoke(Command(resume=8), cfg)
-    deadline = time.monotonic() + 60
-    while True:  # the dead owner's lease (1 s) runs out; recovery then takes over
-        try:
-            with CTX.Pool(1) as pool:
-                final = pool.apply(w.recover, (store_url, "lv", str(ledger)))
-            break
-        except ConsumeConflict:
-            assert time.monotonic() < deadline
+    final = recover_after_lease(store_url, "lv", ledger)
     assert final["x"] == 2 + 7 and final["log"] == "txn-7!"
     entries = lines(ledger)
     assert sum(x.startswith("effect charge 7") for x in entries) == 1  # replayed from receipt
@@ -186,14 +191,7 @@ def test_effect_fires_once_across_sigkill(store_url: str, tmp_path: Path) -> Non
     assert parent.poll(120) and parent.recv() == "charged"
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with CTX.Pool(1) as pool:
-                final = pool.apply(w.recover, (store_url, "eo", str(ledger)))
-            break
-        except ConsumeConflict:
-            assert time.monotonic() < deadline
+    final = recover_after_lease(store_url, "eo", ledger)
     clean = tmp_path / "clean.txt"
     w.park(store_url, "eo-clean", str(clean))
     with RemitSaver.from_conn_string(store_url) as saver:
@@ -246,3 +244,25 @@ def test_fork_twice_gives_one_checkpoint(store_url: str) -> None:
         assert app.get_state(first).values["x"] == 42
         assert app.invoke(None, first)["x"] == 84
         assert app.invoke(None, second)["x"] == 84
+
+
+def test_recovery_uses_the_claimed_value_when_the_resume_write_was_lost(
+        store_url: str, tmp_path: Path) -> None:
+    """LV: the winner claimed (value recorded) and died before LangGraph's background
+    resume write reached the store; recovery still finishes with the claimed value."""
+    from remit_core.ids import value_digest
+    from remit_core.store import new_owner
+    from remit_langgraph._contract import ConsumeGate, pending_interrupt_ids
+
+    ledger = tmp_path / "ledger.txt"
+    w.park(store_url, "lost", str(ledger))
+    with RemitSaver.from_conn_string(store_url, lease=1.0) as saver:
+        cfg = {"configurable": {"thread_id": "lost"}}
+        parked = saver.get_tuple(cfg)
+        assert parked is not None
+        ids = pending_interrupt_ids(parked.pending_writes)
+        key = ConsumeGate.claim_key("lost", "", parked.config["configurable"]["checkpoint_id"], ids)
+        saver.store.claim_once(key, run_id="lost", owner=new_owner(), digest=value_digest(7),
+                               value=7, lease=0.2)  # a dead owner: nothing renews it
+    final = recover_after_lease(store_url, "lost", ledger)
+    assert final["x"] == 2 + 7 and final["log"] == "txn-7!"

@@ -30,6 +30,7 @@ from pydantic_graph.graph import Graph
 from remit_core.records import Claim
 from remit_pydantic_graph import ConsumeConflict, RemitStatePersistence, effect
 from remit_pydantic_graph import persistence as _p
+from tests.workers import note
 
 BREAK = os.environ.get("REMIT_TEST_BREAK", "")
 
@@ -88,15 +89,6 @@ if BREAK == "pg-ids":  # FD/RD off: pydantic-graph's own random ids
 
     RemitStatePersistence._derive = (  # type: ignore[method-assign]
         lambda self, parent, node_id, payload: generate_snapshot_id(node_id))
-
-
-def note(ledger: str, line: str) -> None:
-    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def lines(ledger: str) -> list[str]:

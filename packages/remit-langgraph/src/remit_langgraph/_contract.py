@@ -195,6 +195,7 @@ class ConsumeGate:
         if claim.taken_over:
             log.warning("remit: thread %s: taking over the resume of %s from %s, whose lease "
                         "expired (LV)", thread_id, checkpoint_id, claim.owner)
+            found = _with_claimed_value(found, claim.value, ids)
         hold = _Hold(key, thread_id, ns, checkpoint_id, owner, claim.fence, ids,
                      conf.get(_RUNTIME))
         hold.stack.enter_context(store.keep_alive(
@@ -254,9 +255,13 @@ class ConsumeGate:
                         hold.key, exc_info=True)
 
     def _end(self, hold: _Hold) -> None:
-        """The invocation ended (its loop was collected) without consuming: give it back."""
+        """The invocation ended (its loop was collected) without consuming: give it back.
+
+        At interpreter exit the store may be closed already; the lease then ends the claim.
+        """
         if not hold.done:
-            self._finish(hold, consumed=False)
+            with contextlib.suppress(Exception):
+                self._finish(hold, consumed=False)
 
 
 def _delivers(loop: Any) -> bool:
@@ -267,6 +272,20 @@ def _delivers(loop: Any) -> bool:
 def _is_root_load(loop: Any) -> bool:
     """Subgraph loops receive the resume through their parent; only the root gates."""
     return not getattr(loop, "is_nested", False)
+
+
+def _with_claimed_value(found: CheckpointTuple, value: Any, ids: Sequence[str]) -> CheckpointTuple:
+    """LV: the dead owner's resume write may not have reached the store before it died
+    (LangGraph writes it in the background); the claim recorded the value, so recovery
+    continues with exactly that value."""
+    writes = list(found.pending_writes or ())
+    if value is None or any(t == NULL_TASK_ID and ch == RESUME for t, ch, _ in writes):
+        return found
+    if isinstance(value, dict) and value and set(value) <= set(ids):
+        if len(value) != 1:
+            return found  # a map answering several interrupts travels in the config only
+        (value,) = value.values()
+    return found._replace(pending_writes=[(NULL_TASK_ID, RESUME, value), *writes])
 
 
 def _strip_resumes(found: CheckpointTuple) -> CheckpointTuple:
