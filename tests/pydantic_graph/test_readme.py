@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import types
 from pathlib import Path
 
 import pytest
 
+from tests.readme import python_blocks, run_blocks
+
 README = Path(__file__).resolve().parents[2] / "packages" / "remit-pydantic-graph" / "README.md"
-
-
-def blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
 def test_readme_states_the_supported_range_first() -> None:
@@ -22,15 +19,10 @@ def test_readme_states_the_supported_range_first() -> None:
 
 
 def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    code = blocks()
-    assert len(code) >= 8
+    assert len(python_blocks(README)) >= 8
     monkeypatch.chdir(tmp_path)  # the examples use sqlite:///runs.db, a relative path
     # a real module, so that pydantic and pydantic-graph resolve the examples' annotations
     module = types.ModuleType("remit_pg_readme")
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    for i, block in enumerate(code):
-        try:
-            exec(compile(block, f"README.md block {i + 1}", "exec"), module.__dict__)
-        except Exception as exc:
-            raise AssertionError(f"README block {i + 1} failed: {exc!r}\n{block}") from exc
+    run_blocks(README, module.__dict__)
     assert (tmp_path / "runs.db").exists()
