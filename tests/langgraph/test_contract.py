@@ -23,6 +23,20 @@ from tests.langgraph import lg_workers as w
 CTX = mp.get_context("spawn")
 
 
+def park_then_kill_resumer(store_url: str, thread: str, value: int, ledger: Path) -> None:
+    """Park the thread, resume it with ``value`` in a child that claims, fires its gated
+    effect and reports; SIGKILL the child there."""
+    w.park(store_url, thread, str(ledger))
+    parent, child = CTX.Pipe()
+    proc = CTX.Process(target=w.resume_and_hang,
+                       args=(store_url, thread, value, str(ledger), child))
+    proc.start()
+    assert parent.poll(120) and parent.recv() == "charged"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(timeout=30)
+    assert proc.exitcode == -signal.SIGKILL
+
+
 def recover_after_lease(store_url: str, thread: str, ledger: Path) -> Any:
     """invoke(None) in fresh processes until the dead owner's lease (1 s) has run out and
     recovery takes the claim over (a live claim answers ConsumeConflict)."""
@@ -110,13 +124,7 @@ def test_reads_take_no_claim(store_url: str, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_owner_dies_after_claiming(store_url: str, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.txt"
-    w.park(store_url, "lv", str(ledger))
-    parent, child = CTX.Pipe()
-    proc = CTX.Process(target=w.resume_and_hang, args=(store_url, "lv", 7, str(ledger), child))
-    proc.start()
-    assert parent.poll(120) and parent.recv() == "charged"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.join(timeout=30)
+    park_then_kill_resumer(store_url, "lv", 7, ledger)
     with RemitSaver.from_conn_string(store_url) as saver:
         app = w.build(str(ledger)).compile(checkpointer=saver)
         cfg = {"configurable": {"thread_id": "lv"}}
@@ -184,13 +192,7 @@ def test_invalid_state_is_never_saved(store_url: str, durability: str) -> None:
 def test_effect_fires_once_across_sigkill(store_url: str, tmp_path: Path) -> None:
     """SIGKILL inside B after its gated effect; recovery replays the effect."""
     ledger = tmp_path / "ledger.txt"
-    w.park(store_url, "eo", str(ledger))
-    parent, child = CTX.Pipe()
-    proc = CTX.Process(target=w.resume_and_hang, args=(store_url, "eo", 3, str(ledger), child))
-    proc.start()
-    assert parent.poll(120) and parent.recv() == "charged"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.join(timeout=30)
+    park_then_kill_resumer(store_url, "eo", 3, ledger)
     final = recover_after_lease(store_url, "eo", ledger)
     clean = tmp_path / "clean.txt"
     w.park(store_url, "eo-clean", str(clean))
