@@ -58,3 +58,10 @@ def test_bad_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
 def test_check_not_available_yet(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check"]) == 2
     assert "not available" in capsys.readouterr().err
+
+
+def test_migrate_unknown_framework_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["migrate", "autogen", "--from", "a", "--to", "b"])
+    assert exc.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err

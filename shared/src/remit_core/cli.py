@@ -1,7 +1,8 @@
 """The ``remit`` command: ``check``, ``inspect`` and ``migrate``.
 
-``inspect`` looks inside a store. ``check`` and ``migrate`` need the framework
-adapters; they say so until those land.
+``inspect`` looks inside a store. ``migrate`` imports runs that a stock
+persistence layer stored; each adapter package implements its own part.
+``check`` needs the framework adapters; it says so until it lands.
 """
 
 from __future__ import annotations
@@ -83,6 +84,21 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    from remit_core.migrate import adapter_module
+
+    module = adapter_module(args.framework)
+    options = {} if args.run_id is None else {"run_id": args.run_id}
+    report = module.migrate(args.source, args.target, **options)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(report.summary())
+        for note in report.notes:
+            print(f"  {note}")
+    return 0
+
+
 def _not_yet(args: argparse.Namespace) -> int:
     print(f"remit {args.command}: not available in this version; it needs the framework "
           "adapters, which are still being built.", file=sys.stderr)
@@ -98,11 +114,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ins.add_argument("--json", action="store_true", help="print JSON")
     ins.add_argument("--limit", type=int, default=50)
     ins.set_defaults(func=_inspect)
-    for name, text in (("check", "run the resume-contract fault matrix"),
-                       ("migrate", "import runs from a stock persistence layer")):
-        p = sub.add_parser(name, help=text)
-        p.set_defaults(func=_not_yet)
-    args, _ = parser.parse_known_args(argv)
+    chk = sub.add_parser("check", help="run the resume-contract fault matrix")
+    chk.set_defaults(func=_not_yet)
+    mig = sub.add_parser("migrate", help="import runs from a stock persistence layer")
+    fw = mig.add_subparsers(dest="framework", required=True)
+    from remit_core.migrate import ADAPTERS
+
+    for framework in ADAPTERS:
+        p = fw.add_parser(framework, help=f"import from the stock {framework} persistence")
+        p.add_argument("--from", dest="source", required=True,
+                       help="the stock store: a file path or a database URL")
+        p.add_argument("--to", dest="target", required=True, help="the remit store URL")
+        p.add_argument("--json", action="store_true", help="print the report as JSON")
+        p.add_argument("--run-id", dest="run_id", default=None,
+                       help="the run id to store under (pydantic-graph files hold one "
+                            "run and do not name it); elsewhere, import only this run")
+        p.set_defaults(func=_migrate)
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except RemitError as exc:
