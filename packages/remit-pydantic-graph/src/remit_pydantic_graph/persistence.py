@@ -37,6 +37,11 @@ pending     claimed by ``load_next``
 created     no claim, or a claim given back (a cancelled or interrupted run)
 ==========  ===========================================================================
 
+(A stock ``FileStatePersistence`` history imported by :mod:`remit_pydantic_graph.migrate`
+keeps each earlier snapshot's stock status, ``start_ts`` and ``duration`` in its
+successor's metadata, where a native run records ``success``; its last snapshot's
+status becomes the durable facts above, see ``_adopt_head``.)
+
 Each transition the contract depends on is one atomic store operation:
 
 * created -> pending/running: ``claim_once``. Of k racers one wins and the
@@ -340,11 +345,8 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         try:
             data = self._encode(snapshot, step=step)
             new_id = self._rekey(snapshot, data, parent=step)
-            await self._put(new_id, parent=step, data=data, step=step, metadata={
-                "parent_status": "success",
-                "parent_start_ts": parent.start_ts.isoformat(),
-                "parent_duration": parent.duration,
-            })
+            await self._put(new_id, parent=step, data=data, step=step, metadata=parent_facts(
+                "success", parent.start_ts, parent.duration))
         except StateValidationError as exc:
             # CV: nothing was written; the node that produced this state failed
             await self._fail(step, parent.claim, exc, parent.start_ts, parent.duration)
@@ -490,7 +492,9 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
                 continue
             if i + 1 < len(out):
                 meta = cks[i + 1].metadata if isinstance(cks[i + 1].metadata, dict) else {}
-                snap.status = "success"
+                # "success", unless an imported stock history said otherwise (migrate.py)
+                status = meta.get("parent_status")
+                snap.status = status if status in STATUSES else "success"
                 snap.start_ts = _parse_ts(meta.get("parent_start_ts"))
                 snap.duration = meta.get("parent_duration")
             else:
@@ -605,12 +609,15 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         record = {"type": type(exc).__qualname__, "message": str(exc)[:2000],
                   "start_ts": start_ts.isoformat(), "duration": duration}
         try:
-            await self._io(self.store.put_writes, self.run_id, sid, ERROR_TASK,
-                           [(claim.fence, "error", record)])
-            await self._release(sid, claim)
+            await self._mark_error(sid, claim, record)
         except Exception:  # the node's own exception is the one to raise
             log.warning("remit: run %s: could not record the failure of %s", self.run_id, sid,
                         exc_info=True)
+
+    async def _mark_error(self, sid: str, claim: Claim, record: dict[str, Any]) -> None:
+        await self._io(self.store.put_writes, self.run_id, sid, ERROR_TASK,
+                       [(claim.fence, "error", record)])
+        await self._release(sid, claim)
 
     def _abandon(self, sid: str, claim: Claim) -> None:
         """Cancelled or interrupted: give the claim back so the next resume runs the node.
@@ -767,17 +774,65 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         return isinstance(ck.data, dict) and ck.data.get("kind") == "end"
 
     async def _put(self, new_id: str, *, parent: str, data: dict[str, Any], step: str | None,
-                   metadata: dict[str, Any]) -> None:
-        """One snapshot, written atomically; a second successor of ``parent`` is refused."""
+                   metadata: dict[str, Any], check: bool = True) -> None:
+        """One snapshot, written atomically; a second successor of ``parent`` is refused.
+
+        ``check=False`` only for a stock history imported without the graph's types
+        (migrate.py): it is checked strictly when it is first loaded (``_decode``).
+        """
         await self._io(self.store.put_checkpoint, self.run_id, new_id, parent_id=parent,
                        kind=KIND, data=data, metadata=metadata,
-                       validate=lambda: self._roundtrip(data, step), exclusive_child=True)
+                       validate=(lambda: self._roundtrip(data, step)) if check else None,
+                       exclusive_child=True)
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
 
+    # ============================================================================ migration
+
+    async def _adopt_head(self, sid: str, status: SnapshotStatus, *, start_ts: datetime | None,
+                          duration: float | None, message: str) -> int:
+        """Give an imported last snapshot the status it had in the stock file, as the durable
+        facts that stand for that status here (the table in the module docstring):
+
+        * ``pending`` / ``running``: a claim whose lease is over already, so the next resume
+          takes it over at once (LV), as after a dead owner; ``running`` also records when
+          the node started.
+        * ``error``: an error record (``message``) on a released claim, as ``_fail`` leaves it.
+        * ``created``: nothing. (``success`` is never a last snapshot's status here.)
+
+        Returns the number of pending writes written.
+        """
+        if status not in ("pending", "running", "error"):
+            return 0
+        phase = "pending" if status == "pending" else "running"
+        claim = await self._io(self.store.claim_once, self._key(sid), run_id=self.run_id,
+                               owner=self._owner, value={"phase": phase}, lease=0.0)
+        if status == "error":
+            await self._mark_error(sid, claim, {
+                "type": "FileStatePersistence", "message": message,
+                "start_ts": None if start_ts is None else start_ts.isoformat(),
+                "duration": duration})
+            return 1
+        if status == "running" and start_ts is not None:
+            await self._io(self.store.put_writes, self.run_id, sid, RUNNING_TASK,
+                           [(claim.fence, "running", {"start_ts": start_ts.isoformat()})])
+            return 1
+        return 0
+
 
 # ================================================================================ helpers
+
+STATUSES: frozenset[str] = frozenset(("created", "pending", "running", "success", "error"))
+
+
+def parent_facts(status: SnapshotStatus, start_ts: datetime | None,
+                 duration: float | None) -> dict[str, Any]:
+    """The metadata of a snapshot that records how its parent's node ran (``load_all``
+    reads it back as the parent's status, ``start_ts`` and ``duration``)."""
+    return {"parent_status": status,
+            "parent_start_ts": None if start_ts is None else start_ts.isoformat(),
+            "parent_duration": duration}
 
 
 def _node_id(snapshot: Snapshot[Any, Any]) -> str:

@@ -1,0 +1,354 @@
+"""``remit migrate pydantic-graph``: stock FileStatePersistence files become remit runs,
+on every backend. The files are written by pydantic-graph's own FileStatePersistence."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_graph import BaseNode, End, GraphRunContext
+from pydantic_graph.exceptions import GraphNodeStatusError
+from pydantic_graph.graph import Graph
+from pydantic_graph.persistence.file import FileStatePersistence
+
+from remit_core.cli import main
+from remit_pydantic_graph import ConsumeConflict, CorruptRecord, RemitStatePersistence, open_store
+from remit_pydantic_graph.migrate import MigrationError, migrate
+from tests.pydantic_graph import pg_workers as w
+
+
+def stock(path: Path, graph: Graph[Any, Any, Any]) -> FileStatePersistence[Any, Any]:
+    s: FileStatePersistence[Any, Any] = FileStatePersistence(path)
+    s.set_graph_types(graph)
+    return s
+
+
+def remit(url: str, run_id: str, graph: Graph[Any, Any, Any], **kw: Any
+          ) -> RemitStatePersistence[Any, Any]:
+    p = RemitStatePersistence.from_url(url, run_id=run_id, **kw)
+    p.set_graph_types(graph)
+    return p
+
+
+def statuses(history: list[Any]) -> list[tuple[str, str]]:
+    return [(s.id.split(":")[0], getattr(s, "status", "end")) for s in history]
+
+
+async def finish(graph: Graph[Any, Any, Any], p: Any, deps: Any = None) -> Any:
+    async with graph.iter_from_persistence(p, deps=deps) as run:
+        async for _ in run:
+            pass
+    assert run.result is not None
+    return run.result
+
+
+async def stock_park(path: Path, ledger: str) -> None:
+    """The order graph under the stock layer, stopped before B (B 'created')."""
+    async with w.order_graph.iter(w.A(), state=w.Order(), deps=w.Deps(ledger),
+                                  persistence=stock(path, w.order_graph)) as run:
+        async for node in run:
+            if isinstance(node, w.B):
+                break
+
+
+async def stock_hitl(path: Path, ledger: str) -> None:
+    """The documented human-in-the-loop pattern under the stock layer, to the end: Answer
+    is left 'pending' in the middle of the history."""
+    async with w.question_graph.iter(w.Ask(), state=w.Order(), deps=w.Deps(ledger),
+                                     persistence=stock(path, w.question_graph)) as run:
+        while not isinstance(await run.next(), w.Answer):
+            pass
+    s = stock(path, w.question_graph)
+    snapshot = await s.load_next()
+    assert snapshot is not None
+    async with w.question_graph.iter(w.Evaluate("yes"), state=snapshot.state,
+                                     deps=w.Deps(ledger), persistence=s) as run:
+        async for _ in run:
+            pass
+
+
+# ===================================================================== parked and finished
+
+
+def test_a_parked_run_resumes_under_remit(store_url: str, tmp_path: Path) -> None:
+    ledger = str(tmp_path / "ledger.txt")
+    path = tmp_path / "order.json"
+    asyncio.run(stock_park(path, ledger))
+    report = migrate(path, store_url, run_id="order", graph=w.order_graph)
+    assert (report.runs, report.checkpoints, report.skipped) == (1, 2, 0)
+    assert any("parked before B:" in n for n in report.notes)
+    p = remit(store_url, "order", w.order_graph)
+    assert asyncio.run(p.load_all()) == asyncio.run(stock(path, w.order_graph).load_all())
+
+    result = asyncio.run(finish(w.order_graph, remit(store_url, "order", w.order_graph),
+                                w.Deps(ledger)))
+    assert result.output == 11 and result.state == w.Order(x=11, log=["txn-10", "C"])
+    assert [e for e in w.lines(ledger) if e.startswith("enter")] == [
+        "enter A", "enter B", "enter C"]  # A under the stock layer, B and C under remit
+    history = asyncio.run(p.load_all())
+    assert statuses(history) == [("A", "success"), ("B", "success"), ("C", "success"),
+                                 ("end", "end")]
+    assert [s.id for s in history[:2]] == [
+        s.id for s in asyncio.run(stock(path, w.order_graph).load_all())]
+    with pytest.raises(ConsumeConflict) as info:  # resumed once: the run has ended
+        asyncio.run(finish(w.order_graph, remit(store_url, "order", w.order_graph)))
+    assert info.value.status == "ended"
+
+
+@pytest.mark.parametrize("with_graph", [True, False], ids=["graph", "raw"])
+def test_a_finished_run_loads_the_stock_history(store_url: str, tmp_path: Path,
+                                                with_graph: bool) -> None:
+    """Every snapshot with its id, status, start_ts, duration, state and node; the HITL
+    pattern leaves a 'pending' snapshot inside the history, which stays 'pending'."""
+    ledger = str(tmp_path / "ledger.txt")
+    runs = {"order": (tmp_path / "order.json", w.order_graph),
+            "hitl": (tmp_path / "hitl.json", w.question_graph)}
+    asyncio.run(w.order_graph.run(w.A(), state=w.Order(), deps=w.Deps(ledger),
+                                  persistence=stock(runs["order"][0], w.order_graph)))
+    asyncio.run(stock_hitl(runs["hitl"][0], ledger))
+    for run_id, (path, graph) in runs.items():
+        report = migrate(str(path), store_url, run_id=run_id,
+                         graph=graph if with_graph else None)
+        assert (report.runs, report.checkpoints, report.writes) == (1, 4, 0)
+        assert any("has ended" in n for n in report.notes)
+        expected = asyncio.run(stock(path, graph).load_all())
+        history = asyncio.run(remit(store_url, run_id, graph).load_all())
+        assert history == expected
+        assert all(s.start_ts is not None and s.duration is not None
+                   for s in history[:-1] if getattr(s, "status", "") == "success")
+    assert statuses(asyncio.run(remit(store_url, "hitl", w.question_graph).load_all())) == [
+        ("Ask", "success"), ("Answer", "pending"), ("Evaluate", "success"), ("end", "end")]
+
+
+# ========================================================================== idempotency
+
+
+def test_importing_again_stores_nothing_twice(store_url: str, tmp_path: Path) -> None:
+    """Again: everything counted as skipped, nothing stored. After the file grew (the stock
+    run went on), only the new snapshots are imported."""
+    ledger = str(tmp_path / "ledger.txt")
+    path = tmp_path / "order.json"
+    asyncio.run(stock_park(path, ledger))
+    first = migrate(path, store_url, run_id="order")
+    with open_store(store_url) as store:
+        usage = store.usage("order")
+        again = migrate(path, store_url, run_id="order", graph=w.order_graph)
+        assert (again.runs, again.checkpoints, again.writes, again.skipped) == (0, 0, 0, 2)
+        assert "already present" in again.summary() and store.usage("order") == usage
+        assert first.checkpoints == usage["checkpoints"] == 2
+
+        asyncio.run(finish(w.order_graph, stock(path, w.order_graph), w.Deps(ledger)))
+        grown = migrate(path, store_url, run_id="order")
+        assert (grown.runs, grown.checkpoints, grown.skipped) == (1, 2, 2)
+        assert store.usage("order")["checkpoints"] == 4
+        assert migrate(path, store_url, run_id="order").skipped == 4
+        assert store.usage("order")["checkpoints"] == 4
+    assert asyncio.run(remit(store_url, "order", w.order_graph).load_all()) == \
+        asyncio.run(stock(path, w.order_graph).load_all())
+
+
+def test_importing_after_the_run_went_on_under_remit(store_url: str, tmp_path: Path) -> None:
+    """The import is a no-op for a run that went on under remit, and a different history
+    under the same run id is refused with nothing stored."""
+    ledger = str(tmp_path / "ledger.txt")
+    path, other = tmp_path / "order.json", tmp_path / "other.json"
+    asyncio.run(stock_park(path, ledger))
+    asyncio.run(stock_park(other, ledger))  # the same graph, other (random) stock ids
+    migrate(path, store_url, run_id="order")
+    asyncio.run(finish(w.order_graph, remit(store_url, "order", w.order_graph), w.Deps(ledger)))
+    with open_store(store_url) as store:
+        usage = store.usage("order")
+        again = migrate(path, store_url, run_id="order")
+        assert (again.checkpoints, again.writes, again.skipped) == (0, 0, 2)
+        with pytest.raises(MigrationError, match="already holds another history"):
+            migrate(other, store_url, run_id="order")
+        assert store.usage("order") == usage
+    assert statuses(asyncio.run(remit(store_url, "order", w.order_graph).load_all()))[-1] == (
+        "end", "end")
+
+
+# ====================================================== stranded statuses of the stock layer
+
+MODE: dict[str, Any] = {"hang": False, "fail": False, "entered": None, "runs": 0}
+
+
+@dataclass
+class Prepare(BaseNode[w.Order, None, int]):
+    async def run(self, ctx: GraphRunContext[w.Order]) -> Work:
+        ctx.state.x = 5
+        return Work()
+
+
+@dataclass
+class Work(BaseNode[w.Order, None, int]):
+    async def run(self, ctx: GraphRunContext[w.Order]) -> End[int]:
+        MODE["runs"] += 1
+        if MODE["hang"]:
+            MODE["entered"].set()
+            await asyncio.Event().wait()  # until cancelled
+        if MODE["fail"]:
+            raise RuntimeError("work failed")
+        return End(ctx.state.x * 2)
+
+
+work_graph = Graph(nodes=[Prepare, Work])
+
+
+def stock_stranded(path: Path, how: str) -> None:
+    """'running': the run was cancelled inside Work (the stock layer leaves it running, as
+    after a SIGKILL); 'error': Work raised."""
+    MODE.update(hang=how == "running", fail=how == "error", runs=0)
+
+    async def go() -> None:
+        MODE["entered"] = asyncio.Event()
+        task = asyncio.create_task(work_graph.run(Prepare(), state=w.Order(),
+                                                  persistence=stock(path, work_graph)))
+        if how == "running":
+            await MODE["entered"].wait()
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError if how == "running" else RuntimeError):
+            await task
+
+    asyncio.run(go())
+    MODE.update(hang=False, fail=False, runs=0)
+
+
+@pytest.mark.parametrize("how", ["running", "error", "gap"])
+def test_a_stranded_stock_run_keeps_its_status_and_resumes(store_url: str, tmp_path: Path,
+                                                           how: str) -> None:
+    """The stock layer cannot resume these. Imported, 'running' is a dead owner's claim
+    (resumed at once), 'error' resumes under retry_errors=True, and a last node that the
+    stock file calls 'success' without a successor (the gap) runs again."""
+    path = tmp_path / "work.json"
+    stock_stranded(path, "running" if how == "gap" else how)
+    if how == "gap":  # as the stock layer leaves a kill between the node and its successor
+        items = json.loads(path.read_text())
+        items[-1].update(status="success", duration=0.25)
+        path.write_text(json.dumps(items))
+    expected = asyncio.run(stock(path, work_graph).load_all())
+    assert [getattr(s, "status", "end") for s in expected] == [
+        "success", "success" if how == "gap" else how]
+    report = migrate(path, store_url, run_id="work", graph=work_graph)
+    assert (report.checkpoints, report.writes) == (2, 1)
+    history = asyncio.run(remit(store_url, "work", work_graph).load_all())
+    if how == "gap":
+        assert history[-1].status == "running" and history[-1].start_ts == expected[-1].start_ts
+        assert history[:-1] == expected[:-1]
+    else:
+        assert history == expected
+    assert migrate(path, store_url, run_id="work").writes == 0  # settled once
+
+    if how == "error":
+        with pytest.raises(GraphNodeStatusError):
+            asyncio.run(finish(work_graph, remit(store_url, "work", work_graph)))
+        retrying = remit(store_url, "work", work_graph, retry_errors=True)
+        assert asyncio.run(finish(work_graph, retrying)).output == 10
+    else:
+        assert asyncio.run(finish(work_graph, remit(store_url, "work", work_graph))).output == 10
+    assert MODE["runs"] == 1
+    assert statuses(asyncio.run(remit(store_url, "work", work_graph).load_all())) == [
+        ("Prepare", "success"), ("Work", "success"), ("end", "end")]
+
+
+# ========================================================================== bad files
+
+
+def _write(path: Path, how: str, ledger: str) -> None:
+    if how == "missing":
+        return
+    if how == "empty":  # what a kill during the stock layer's in-place rewrite leaves
+        path.write_bytes(b"")
+        return
+    asyncio.run(w.order_graph.run(w.A(), state=w.Order(), deps=w.Deps(ledger),
+                                  persistence=stock(path, w.order_graph)))
+    raw = path.read_bytes()
+    items = json.loads(raw)
+    if how == "truncated":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif how == "object":
+        path.write_text(json.dumps(items[0]))
+    elif how == "no-node-id":  # the stock layer's fallback dump of an invalid state
+        items[1]["node"] = {}
+        path.write_text(json.dumps(items))
+    elif how == "wrong-type":
+        items[2]["state"]["x"] = "abc"
+        path.write_text(json.dumps(items))
+
+
+@pytest.mark.parametrize("how", ["missing", "empty", "truncated", "object", "no-node-id",
+                                 "wrong-type"])
+def test_a_missing_or_corrupt_file_stores_nothing(store_url: str, tmp_path: Path,
+                                                  how: str) -> None:
+    path = tmp_path / f"{how}.json"
+    _write(path, how, str(tmp_path / "ledger.txt"))
+    with pytest.raises(MigrationError) as info:
+        migrate(path, store_url, run_id="bad", graph=w.order_graph)
+    assert str(path) in str(info.value) and "Nothing was imported" in str(info.value)
+    if how == "empty":
+        assert "0 bytes" in str(info.value)
+    with open_store(store_url) as store:
+        assert store.list_runs() == [] and store.usage("bad")["checkpoints"] == 0
+
+
+def test_without_the_graph_a_wrong_type_is_refused_when_loaded(store_url: str,
+                                                               tmp_path: Path) -> None:
+    """The CLI cannot import the graph: the snapshots are checked when first loaded."""
+    path = tmp_path / "wrong.json"
+    _write(path, "wrong-type", str(tmp_path / "ledger.txt"))
+    assert migrate(path, store_url, run_id="wrong").checkpoints == 4
+    with pytest.raises(CorruptRecord, match="does not load into the graph's types"):
+        asyncio.run(remit(store_url, "wrong", w.order_graph).load_all())
+
+
+def test_the_run_id_is_required(tmp_path: Path) -> None:
+    path = tmp_path / "order.json"
+    asyncio.run(stock_park(path, str(tmp_path / "ledger.txt")))
+    with pytest.raises(MigrationError, match="run id"):
+        migrate(path, f"sqlite:///{tmp_path}/r.db")
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_an_empty_history_imports_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "none.json"
+    path.write_text("[]")
+    url = f"sqlite:///{tmp_path}/r.db"
+    report = migrate(path, url, run_id="none")
+    assert (report.runs, report.checkpoints, report.skipped) == (0, 0, 0)
+    assert report.notes == ["the file holds no snapshots; nothing to import"]
+    with open_store(url) as store:
+        assert store.list_runs() == []
+
+
+# ================================================================================= the CLI
+
+
+def test_the_cli(store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = str(tmp_path / "ledger.txt")
+    path = tmp_path / "order.json"
+    asyncio.run(stock_park(path, ledger))
+    args = ["migrate", "pydantic-graph", "--from", str(path), "--to", store_url]
+    assert main([*args, "--run-id", "cli", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["runs"], report["checkpoints"], report["skipped"]) == (1, 2, 0)
+    assert report["source"] == str(path)
+    assert main([*args, "--run-id", "cli"]) == 0
+    assert "imported 0 run(s): 0 checkpoint(s), 0 pending write(s); 2 already present" in \
+        capsys.readouterr().out
+
+    result = asyncio.run(finish(w.order_graph, remit(store_url, "cli", w.order_graph),
+                                w.Deps(ledger)))
+    assert result.output == 11
+
+    assert main(args) == 1  # no --run-id
+    assert "MigrationError" in capsys.readouterr().err
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    assert main([*args[:3], str(empty), *args[4:], "--run-id", "empty"]) == 1
+    err = capsys.readouterr().err
+    assert "MigrationError" in err and str(empty) in err
+    with open_store(store_url) as store:
+        assert {r.run_id for r in store.list_runs()} == {"cli"}
