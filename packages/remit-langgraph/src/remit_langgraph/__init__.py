@@ -17,6 +17,7 @@ from remit_core import (
     effect,
     open_store,
 )
+from remit_core.migrate import MigrationError
 from remit_langgraph.saver import RemitSaver
 
 __version__ = "0.1.0"
@@ -25,6 +26,7 @@ __all__ = [
     "ConsumeConflict",
     "CorruptRecord",
     "EffectInDoubt",
+    "MigrationError",
     "RemitError",
     "RemitSaver",
     "StateValidationError",

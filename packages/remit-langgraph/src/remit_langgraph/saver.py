@@ -26,13 +26,16 @@ The saver's ``serde`` attribute is kept for LangGraph's sake but stores nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
 import random
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from types import FrameType
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -55,6 +58,9 @@ from remit_langgraph import _serde
 from remit_langgraph._contract import FORK_FLAG, ConsumeGate, _find_loop
 from remit_langgraph._schema import GraphSchema
 from remit_langgraph._serde import EMPTY, storable
+
+if TYPE_CHECKING:
+    from remit_langgraph.migrate import StockSource
 
 _writes_sort_key: Callable[[str, str, int], tuple[str, str, int]] | None
 try:  # langgraph-checkpoint >= 4: the order get_tuple must return pending writes in
@@ -104,10 +110,19 @@ class RemitSaver(BaseCheckpointSaver[str]):
     * EO: ``@effect`` calls inside nodes get receipts keyed by thread and task.
     * FI: ``configurable["remit_fork"] = True`` marks a fork; it takes no claim and a
       fork-addressed resume uses its own value.
+
+    Switching over from a stock saver: with ``legacy=`` (an open stock ``SqliteSaver`` or
+    ``PostgresSaver``), a thread that remit has not imported yet is imported from it on
+    its first use here (``get_tuple``, ``list``, ``put``, ``put_writes``, ``delete_thread``,
+    ``copy_thread``, ``prune`` naming the thread), whole history and pending writes
+    included, before the call proceeds; see :mod:`remit_langgraph.migrate`. Two processes
+    importing one thread at once import it once. ``list(None)`` lists only what remit
+    holds; ``remit migrate langgraph`` imports every thread up front.
     """
 
     store: Store
     schema: Any
+    legacy: Any
 
     def __init__(
         self,
@@ -115,10 +130,23 @@ class RemitSaver(BaseCheckpointSaver[str]):
         *,
         schema: Any = None,
         serde: SerializerProtocol | None = None,
+        legacy: BaseCheckpointSaver[Any] | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.store = store
         self.schema = schema
+        self.legacy = legacy
+        self._legacy: StockSource | None = None
+        if legacy is not None:
+            if isinstance(legacy, str | os.PathLike):
+                raise TypeError("RemitSaver(legacy=...) takes an open stock saver; for a path "
+                                "or URL use RemitSaver.from_conn_string(url, legacy=...)")
+            from remit_langgraph.migrate import StockSource
+
+            self._legacy = StockSource(legacy)
+        self._imported: set[str] = set()
+        self._importer: RemitSaver | None = None
+        self._import_lock = threading.Lock()
         self._schema = None if schema is None else GraphSchema(schema)
         self._gate = ConsumeGate(self)
         # CV: a node write refused by put_writes, by the checkpoint it was written against,
@@ -136,6 +164,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
         *,
         schema: Any = None,
         serde: SerializerProtocol | None = None,
+        legacy: str | os.PathLike[str] | BaseCheckpointSaver[Any] | None = None,
         **store_options: Any,
     ) -> OpenedSaver:
         """Open a store from a URL for the length of a ``with`` or ``async with`` block.
@@ -146,9 +175,13 @@ class RemitSaver(BaseCheckpointSaver[str]):
             with RemitSaver.from_conn_string("sqlite:///app.db") as saver: ...
             async with RemitSaver.from_conn_string("postgresql://...") as saver: ...
 
-        The store is closed when the block exits.
+        ``legacy``: a stock saver to import threads from on first use (see the class),
+        as an open ``SqliteSaver``/``PostgresSaver``, a SQLite file path or a
+        ``postgresql://`` URL. The store, and a stock saver opened here, are closed
+        when the block exits.
         """
-        return OpenedSaver(cls, conn_string, schema=schema, serde=serde, options=store_options)
+        return OpenedSaver(cls, conn_string, schema=schema, serde=serde, legacy=legacy,
+                           options=store_options)
 
     from_url = from_conn_string
 
@@ -164,6 +197,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
 
     def _load(self, config: RunnableConfig, loop: Any) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)
+        self._adopt(thread_id)
         found = self.store.get_checkpoint(thread_id, get_checkpoint_id(config), ns=ns)
         return self._gate.on_load(dict(config), None if found is None else _to_tuple(found), loop)
 
@@ -187,6 +221,8 @@ class RemitSaver(BaseCheckpointSaver[str]):
             return
         configurable = config.get("configurable", {}) if config else {}
         thread_id = configurable.get("thread_id")
+        if thread_id is not None:
+            self._adopt(str(thread_id))
         ns = configurable.get("checkpoint_ns")
         only_id = configurable.get("checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
@@ -242,6 +278,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
         from_update: bool,
     ) -> RunnableConfig:
         thread_id, ns = _thread_and_ns(config)
+        self._adopt(thread_id)
         serde = self.store.serde
         values = checkpoint.get("channel_values", {})
         if from_update and config["configurable"].get(FORK_FLAG):
@@ -306,6 +343,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
         other call keeps what is stored, so a repeat never duplicates.
         """
         thread_id, ns = _thread_and_ns(config)
+        self._adopt(thread_id)
         serde = self.store.serde
         schema = self._schema
         checkpoint_id = str(config["configurable"]["checkpoint_id"])
@@ -357,7 +395,9 @@ class RemitSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread: its checkpoints, values and writes in every namespace,
-        with remit's effect receipts and claims of the run."""
+        with remit's effect receipts and claims of the run. With ``legacy=``, the stock
+        saver's copy is left alone and is not imported again."""
+        self._adopt(str(thread_id))
         self.store.delete_run(str(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -368,6 +408,8 @@ class RemitSaver(BaseCheckpointSaver[str]):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread's checkpoints (same ids, same order, same metadata), values and
         pending writes under another thread id. A missing source copies nothing."""
+        self._adopt(str(source_thread_id))
+        self._adopt(str(target_thread_id))
         self.store.copy_run(str(source_thread_id), str(target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -382,7 +424,30 @@ class RemitSaver(BaseCheckpointSaver[str]):
             )
         keep = 1 if strategy == "keep_latest" else 0
         for thread_id in thread_ids:
+            self._adopt(str(thread_id))
             self.store.prune_run(str(thread_id), keep_latest=keep)
+
+    # ================================================================================ legacy
+
+    def _adopt(self, thread_id: str) -> None:
+        """``legacy=``: import the thread from the stock saver on its first use here.
+
+        Once per thread and process; the import itself is idempotent and guarded by a
+        store receipt, so another process importing the same thread is waited for."""
+        source = self._legacy
+        if source is None or thread_id in self._imported:
+            return
+        from remit_langgraph.migrate import import_thread
+
+        with self._import_lock:
+            if self._importer is None:  # writes through the same paths, without legacy=
+                self._importer = type(self)(self.store, schema=self.schema)
+            importer = self._importer
+        import_thread(source, importer, thread_id)
+        with self._import_lock:
+            if len(self._imported) > 100_000:
+                self._imported.clear()
+            self._imported.add(thread_id)
 
     # =============================================================================== versions
 
@@ -459,18 +524,38 @@ class OpenedSaver:
         schema: Any,
         serde: SerializerProtocol | None,
         options: Mapping[str, Any],
+        legacy: str | os.PathLike[str] | BaseCheckpointSaver[Any] | None = None,
     ) -> None:
         self._saver_cls = saver_cls
         self._url = url
         self._schema = schema
         self._serde = serde
         self._options = dict(options)
+        self._legacy = legacy
         self._store: Store | None = None
+        self._stack = contextlib.ExitStack()
         self._used = False
 
     def _make(self, store: Store) -> RemitSaver:
         self._store = store
-        return self._saver_cls(store, schema=self._schema, serde=self._serde)
+        legacy = self._legacy
+        try:
+            if isinstance(legacy, str | os.PathLike):
+                from remit_langgraph.migrate import open_source
+
+                legacy = self._stack.enter_context(open_source(legacy)).saver
+            return self._saver_cls(store, schema=self._schema, serde=self._serde,
+                                   legacy=legacy)
+        except BaseException:
+            self._close()
+            raise
+
+    def _close(self) -> None:
+        try:
+            self._stack.close()
+        finally:
+            if self._store is not None:
+                self._store.close()
 
     def _claim_use(self) -> None:
         if self._used:
@@ -482,16 +567,15 @@ class OpenedSaver:
         return self._make(open_store(self._url, **self._options))
 
     def __exit__(self, *exc: object) -> None:
-        if self._store is not None:
-            self._store.close()
+        self._close()
 
     async def __aenter__(self) -> RemitSaver:
         self._claim_use()
-        return self._make(await _in_thread(open_store, self._url, **self._options))
+        store = await _in_thread(open_store, self._url, **self._options)
+        return await _in_thread(self._make, store)
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._store is not None:
-            await _in_thread(self._store.close)
+        await _in_thread(self._close)
 
 
 # ================================================================================== helpers
