@@ -9,8 +9,22 @@ from __future__ import annotations
 from typing import Any
 
 
+def _rebuild(cls: type[RemitError], args: tuple[Any, ...], state: dict[str, Any]) -> RemitError:
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
 class RemitError(Exception):
-    """Base class of every error remit raises."""
+    """Base class of every error remit raises.
+
+    Errors pickle with their attributes, so they cross process boundaries
+    (multiprocessing, task queues) intact.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
 # --- configuration and the store itself ---------------------------------------------------------

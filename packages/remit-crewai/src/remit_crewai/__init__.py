@@ -1,4 +1,17 @@
-"""remit for CrewAI Flows. The adapter lands with its own issue; this package re-exports the core."""
+"""remit for CrewAI Flows: flows that resume instead of re-running.
+
+::
+
+    from crewai.flow.flow import Flow, listen, start
+    from crewai.flow.persistence import persist
+    from remit_crewai import RemitFlowPersistence, durable, effect
+
+    store = RemitFlowPersistence.from_url("sqlite:///flows.db")
+
+    @durable
+    @persist(store)
+    class OrderFlow(Flow[OrderState]): ...
+"""
 
 from remit_core import (
     ConsumeConflict,
@@ -9,6 +22,8 @@ from remit_core import (
     effect,
     open_store,
 )
+from remit_crewai._durable import afork, durable, fork, fork_id, new_execution, use_as_default
+from remit_crewai.persistence import RemitFlowPersistence
 
 __version__ = "0.1.0"
 
@@ -17,7 +32,14 @@ __all__ = [
     "CorruptRecord",
     "EffectInDoubt",
     "RemitError",
+    "RemitFlowPersistence",
     "StateValidationError",
+    "afork",
+    "durable",
     "effect",
+    "fork",
+    "fork_id",
+    "new_execution",
     "open_store",
+    "use_as_default",
 ]

@@ -1,0 +1,452 @@
+"""``@durable``: a CrewAI flow whose completed methods do not run again.
+
+``FlowPersistence`` only sees state snapshots, so a backend alone cannot skip
+a method that already ran. ``@durable`` adds what is missing, through public
+seams only:
+
+* **Method bodies (PC, EO).** Each method body becomes a receipt, keyed by
+  (flow id, execution, method, ordinal), where the ordinal is the k-th run of
+  that method in this execution (cycles and routers get one receipt per
+  pass). The receipt records the method's output and the state it left, in
+  one write. When a flow id is kicked off again, a method with a receipt
+  does not run: its recorded output goes to its listeners (a router takes the
+  recorded branch) and its recorded state is restored. ``@effect`` calls
+  inside a method get receipts of their own, so a method killed halfway runs
+  again with its effects replayed. CrewAI still runs its own bookkeeping,
+  events, ``save_state`` and listener dispatch around each body.
+* **Resumes of parked feedback (CO).** ``resume``/``resume_async`` claim the
+  parked slot atomically before CrewAI finalises anything: of k racing
+  deliveries one wins, the others raise :class:`~remit_core.ConsumeConflict`.
+  The winner's value is recorded on the claim; a winner that dies is taken
+  over after the lease by ``kickoff(inputs={"id": ...})``, which finishes
+  the flow with the recorded value (LV).
+* **Executions.** A flow id has numbered executions (epochs). ``kickoff`` of a
+  flow id whose execution finished returns the recorded result and runs
+  nothing; :func:`new_execution` starts the next execution, which runs every
+  method again on the persisted state. Conversational flows
+  (``conversational = True``) start a new execution on every turn.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import functools
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from crewai.flow.async_feedback.types import HumanFeedbackPending
+from crewai.flow.flow_wrappers import FlowMethod
+from crewai.flow.persistence.factory import default_flow_persistence, set_flow_persistence_factory
+from pydantic import BaseModel
+
+from remit_core import ConsumeConflict, RemitError, derive_id, effect
+from remit_core.effects import effect_scope
+from remit_core.ids import value_digest
+from remit_core.records import Claim
+from remit_core.store import Store, new_owner
+from remit_crewai.persistence import RemitFlowPersistence, claim_key, dump_state, not_remit
+
+log = logging.getLogger("remit")
+
+F = TypeVar("F")
+
+#: the effect name under which a method body's receipt is stored
+METHOD_EFFECT = "remit:crewai-method"
+
+_active: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("remit_crewai_run",
+                                                                        default=None)
+
+
+class _Run:
+    """One kickoff or resume of one flow instance: its execution and its counters."""
+
+    def __init__(self, flow: Any, persistence: RemitFlowPersistence) -> None:
+        self.flow = flow
+        self.persistence = persistence
+        self.store: Store = persistence.store
+        self.flow_id: str | None = None
+        self.epoch = 0
+        self.state_type: type[BaseModel] | None = None
+        self.held_claim: tuple[str, str, int] | None = None
+        #: the kickoff's inputs but the id: they apply on top of every replayed state
+        self.inputs: dict[str, Any] = {}
+        self._next: dict[str, int] = {}
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def bind(self, flow_id: str | None = None, *, epoch: int | None = None,
+             position: dict[str, Any] | None = None) -> str:
+        """Fix the flow id and execution on first use (the id is final once a method runs)."""
+        with self._lock:
+            if self.flow_id is not None:
+                return self.flow_id
+            fid = flow_id or str(self.flow.flow_id)
+            if epoch is None:
+                current = self.persistence.epoch(fid)
+                epoch = (self.persistence.new_execution(fid) if current.finished
+                         else current.number)
+            self.epoch = epoch
+            if position:
+                self._next = {str(k): int(v) for k, v in position.get("next", {}).items()}
+                self._seq = int(position.get("seq", 0))
+            state = self.flow.state
+            if isinstance(state, BaseModel):
+                self.state_type = type(state)
+                self.persistence.remember_state_type(fid, type(state))
+            self.flow_id = fid
+            return fid
+
+    def begin(self, method: str) -> str:
+        """Take the next ordinal of ``method``; return the step name of this pass."""
+        self.bind()
+        with self._lock:
+            n = self._next.get(method, 0)
+            self._next[method] = n + 1
+        return f"e{self.epoch}/{method}#{n}"
+
+    def step_name(self, method: str) -> str:
+        """The step of the latest pass of ``method`` (``save_state`` runs after it)."""
+        with self._lock:
+            n = max(self._next.get(method, 1) - 1, 0)
+        return f"e{self.epoch}/{method}#{n}"
+
+    def position(self) -> dict[str, Any]:
+        with self._lock:
+            return {"next": dict(self._next), "seq": self._seq}
+
+    def record(self, step: str, output: Any) -> dict[str, Any]:
+        """What a method's receipt holds: its output and the (validated) state it left."""
+        assert self.flow_id is not None
+        state = dump_state(self.flow.state, flow_id=self.flow_id, step=step,
+                           state_type=self.state_type)
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        return {"output": output, "state": state, "seq": seq}
+
+    def replay(self, record: dict[str, Any]) -> Any:
+        """Apply a recorded pass: restore the state it left if it is the newest seen."""
+        with self._lock:
+            newer = int(record["seq"]) > self._seq
+            if newer:
+                self._seq = int(record["seq"])
+        if newer:
+            _assign_state(self.flow, record["state"], self.inputs)
+        return record["output"]
+
+    def check_claim(self) -> None:
+        """The resume still holds its claim (its lease did not lapse to another process)."""
+        assert self.held_claim is not None
+        key, owner, fence = self.held_claim
+        if not self.store.renew_claim(key, owner=owner, fence=fence):
+            raise ConsumeConflict(
+                f"flow {self.flow_id!r}: this resume lost its claim on the parked feedback "
+                "(its lease expired and another process took it over); CrewAI was stopped "
+                "before any listener ran here.", key=key, run_id=self.flow_id, owner=owner)
+
+
+def current_run(flow_id: str) -> _Run | None:
+    """The ``@durable`` kickoff or resume running ``flow_id`` in this context, if any."""
+    run = _active.get()
+    if run is None or run.flow_id != flow_id:
+        return None
+    return run
+
+
+def _run_for(flow: Any) -> _Run | None:
+    run = _active.get()
+    return run if run is not None and run.flow is flow else None
+
+
+def _assign_state(flow: Any, data: dict[str, Any], inputs: dict[str, Any]) -> None:
+    """Put recorded state back into the live state object (listeners may hold it).
+
+    Inputs given to this kickoff apply on top, as CrewAI applies them on top of a
+    restored state: the methods that run now see them, the replayed ones did not.
+    """
+    state = flow.state
+    data = {**data, **inputs}
+    if isinstance(state, BaseModel):
+        fresh = type(state).model_validate(data)
+        for name in type(state).model_fields:
+            object.__setattr__(state, name, getattr(fresh, name))
+    elif isinstance(state, dict):
+        state.clear()
+        state.update(copy.deepcopy(data))
+
+
+# ----------------------------------------------------------------------------------- methods
+
+
+def _wrap_method(name: str, meth: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(meth):
+
+        @functools.wraps(meth)
+        async def async_method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            run = _run_for(self)
+            if run is None:
+                return await meth(self, *args, **kwargs)
+            step = run.begin(name)
+            ran = False
+
+            async def body() -> dict[str, Any]:
+                nonlocal ran
+                ran = True
+                return run.record(step, await meth(self, *args, **kwargs))
+
+            assert run.flow_id is not None
+            with effect_scope(run.store, run.flow_id, step):
+                record = await effect(name=METHOD_EFFECT, on_in_doubt="retry")(body)()
+            return record["output"] if ran else run.replay(record)
+
+        return async_method
+
+    @functools.wraps(meth)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run = _run_for(self)
+        if run is None:
+            return meth(self, *args, **kwargs)
+        step = run.begin(name)
+        ran = False
+
+        def body() -> dict[str, Any]:
+            nonlocal ran
+            ran = True
+            return run.record(step, meth(self, *args, **kwargs))
+
+        assert run.flow_id is not None
+        with effect_scope(run.store, run.flow_id, step):
+            record = effect(name=METHOD_EFFECT, on_in_doubt="retry")(body)()
+        return record["output"] if ran else run.replay(record)
+
+    return method
+
+
+# ---------------------------------------------------------------------------- kickoff, resume
+
+
+def persistence_of(flow: Any) -> RemitFlowPersistence:
+    """The remit backend a flow instance uses, else a clear error."""
+    persistence = flow.persistence
+    if isinstance(persistence, RemitFlowPersistence):
+        return persistence
+    if persistence is None:
+        default = default_flow_persistence()
+        if isinstance(default, RemitFlowPersistence):
+            flow.persistence = default
+            return default
+    raise not_remit(flow)
+
+
+def _finish(run: _Run, result: Any) -> None:
+    if run.flow_id is None or isinstance(result, HumanFeedbackPending):
+        return
+    try:
+        run.persistence.finish_epoch(run.flow_id, run.epoch, result)
+    except RemitError as exc:  # an unstorable result: the execution still counts as finished
+        log.warning("remit: flow %s finished, but its result could not be stored (%s); a "
+                    "later kickoff of this id returns None", run.flow_id, exc)
+        run.persistence.finish_epoch(run.flow_id, run.epoch, None)
+
+
+async def _resume(flow: Any, feedback: str | None, original: Callable[..., Any]) -> Any:
+    """Claim the parked feedback, then let CrewAI resume. ``feedback=None`` (recovery)
+    continues with the value a dead resume recorded."""
+    context = flow._pending_feedback_context
+    if context is None:
+        return await original(flow, feedback or "")
+    persistence = persistence_of(flow)
+    store = persistence.store
+    flow_id = str(context.flow_id)
+    found = persistence.pending(flow_id)
+    if found is None:
+        raise RemitError(f"flow {flow_id!r}: no parked feedback is recorded in "
+                         f"{persistence.url}; nothing to resume.")
+    parked = found[0]
+    key = claim_key(flow_id, parked.checkpoint_id)
+    owner = new_owner()
+    digest = None if feedback is None else value_digest(feedback)
+    claim = _claim(store, key, flow_id, owner, digest, feedback)
+    if feedback is None:
+        feedback = "" if claim.value is None else str(claim.value)
+        if claim.digest is None:  # nobody recorded a value: this recovery's is the value
+            digest = value_digest(feedback)
+    run = _Run(flow, persistence)
+    run.bind(flow_id, epoch=int(parked.data["epoch"]), position=parked.data.get("position"))
+    run.held_claim = (key, owner, claim.fence)
+    token = _active.set(run)
+    try:
+        with store.keep_alive(lambda: store.renew_claim(key, owner=owner, fence=claim.fence)):
+            result = await original(flow, feedback)
+    except BaseException:
+        store.release_claim(key, owner=owner, fence=claim.fence)
+        raise
+    finally:
+        _active.reset(token)
+    store.consume_claim(key, owner=owner, fence=claim.fence, digest=digest)
+    _finish(run, result)
+    return result
+
+
+def _claim(store: Store, key: str, flow_id: str, owner: str, digest: str | None,
+           feedback: str | None) -> Claim:
+    """Claim the parked feedback. A delivery (``feedback`` given) that loses raises at once;
+    a recovery (``feedback=None``) waits, bounded by twice the lease, for a holder that
+    looks alive to finish or for its lease to run out."""
+    deadline = time.monotonic() + 2 * store.lease
+    pause = 0.05
+    while True:
+        try:
+            return store.claim_once(key, run_id=flow_id, owner=owner, digest=digest,
+                                    value=feedback)
+        except ConsumeConflict as exc:
+            if feedback is not None or exc.status != "claimed" or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
+def _patch_kickoff(cls: type) -> None:
+    original_kickoff = cls.kickoff_async  # type: ignore[attr-defined]
+    original_resume = cls.resume_async  # type: ignore[attr-defined]
+    original_from_pending = cls.from_pending  # type: ignore[attr-defined]
+
+    @functools.wraps(original_kickoff)
+    async def kickoff_async(self: Any, inputs: dict[str, Any] | None = None,
+                            input_files: Any = None, from_checkpoint: Any = None,
+                            restore_from_state_id: str | None = None) -> Any:
+        if from_checkpoint is not None:
+            raise RemitError(
+                f"@durable flow {type(self).__name__}: from_checkpoint is CrewAI's "
+                "Checkpointing, a separate path that loses method outputs; resume with "
+                "kickoff(inputs={'id': flow_id}) instead.")
+        persistence = persistence_of(self)
+        run = _Run(self, persistence)
+        run.inputs = {k: v for k, v in (inputs or {}).items() if k != "id"}
+        token = _active.set(run)
+        try:
+            flow_id = str(inputs["id"]) if inputs and inputs.get("id") else None
+            if flow_id is not None:
+                if getattr(self, "conversational", False):
+                    persistence.new_execution(flow_id)
+                current = persistence.epoch(flow_id)
+                if current.finished:
+                    latest = persistence.load_state(flow_id)
+                    if latest is not None:
+                        _assign_state(self, latest, {})
+                    log.info("remit: flow %s already finished execution %d; returning its "
+                             "recorded result (remit_crewai.new_execution starts another)",
+                             flow_id, current.number)
+                    return current.result
+                found = persistence.pending(flow_id)
+                if found is not None and found[1] == "held" and restore_from_state_id is None:
+                    # a resume claimed the feedback and died: finish it with its value (LV)
+                    parked = type(self).from_pending(flow_id, persistence)
+                    result = await _resume(parked, None, original_resume)
+                    state = parked.state
+                    _assign_state(self, state.model_dump(mode="json")
+                                  if isinstance(state, BaseModel) else dict(state), {})
+                    return result
+            result = await original_kickoff(self, inputs, input_files, None,
+                                            restore_from_state_id)
+            _finish(run, result)
+            return result
+        finally:
+            _active.reset(token)
+
+    @functools.wraps(original_resume)
+    async def resume_async(self: Any, feedback: str = "") -> Any:
+        return await _resume(self, feedback, original_resume)
+
+    def from_pending(klass: type, /, flow_id: str, persistence: Any = None,
+                     **kwargs: Any) -> Any:
+        try:
+            return original_from_pending.__func__(klass, flow_id, persistence, **kwargs)
+        except ValueError:
+            backend = persistence if persistence is not None else default_flow_persistence()
+            if isinstance(backend, RemitFlowPersistence):
+                found = backend.pending(flow_id)
+                if found is not None and found[1] == "consumed":
+                    claim = backend.store.get_claim(claim_key(flow_id, found[0].checkpoint_id))
+                    assert claim is not None
+                    raise backend.store._claim_conflict(claim, "consumed") from None
+            raise
+
+    cls.kickoff_async = kickoff_async  # type: ignore[attr-defined]
+    cls.resume_async = resume_async  # type: ignore[attr-defined]
+    cls.from_pending = classmethod(from_pending)  # type: ignore[attr-defined]
+
+
+def durable(cls: F) -> F:
+    """Make a ``Flow`` subclass resume instead of re-running. Use above ``@persist``::
+
+        @durable
+        @persist(RemitFlowPersistence.from_url("sqlite:///flows.db"))
+        class OrderFlow(Flow[OrderState]): ...
+    """
+    klass = cast(type, cls)
+    if klass.__dict__.get("__remit_durable__"):
+        return cls
+    for name in dir(klass):
+        member = inspect.getattr_static(klass, name, None)
+        if not isinstance(member, FlowMethod):
+            continue
+        wrapped = copy.copy(member)
+        wrapped._meth = _wrap_method(name, member._meth)
+        setattr(klass, name, wrapped)
+    _patch_kickoff(klass)
+    klass.__remit_durable__ = True  # type: ignore[attr-defined]
+    return cls
+
+
+# -------------------------------------------------------------------------------- helpers
+
+
+def new_execution(flow_id: str, persistence: RemitFlowPersistence | None = None) -> int:
+    """Start a new execution of a finished flow: its next kickoff runs every method
+    again on the persisted state, with fresh receipts. Returns the execution number."""
+    backend = persistence if persistence is not None else default_flow_persistence()
+    if not isinstance(backend, RemitFlowPersistence):
+        raise RemitError("new_execution needs a RemitFlowPersistence (pass it, or call "
+                         "remit_crewai.use_as_default(url) first)")
+    return backend.new_execution(flow_id)
+
+
+def fork_id(persistence: RemitFlowPersistence, source_id: str,
+            inputs: dict[str, Any] | None = None) -> str:
+    """The id of the fork of ``source_id``'s latest state with ``inputs``: the same
+    source state and inputs give the same id in every process (FD)."""
+    latest = persistence.latest_state_id(source_id)
+    if latest is None:
+        raise RemitError(f"cannot fork flow {source_id!r}: {persistence.url} holds no state "
+                         "for it")
+    extra = {k: v for k, v in (inputs or {}).items() if k != "id"}
+    return derive_id(latest, "crewai-fork", extra)
+
+
+def fork(flow: Any, source_id: str, inputs: dict[str, Any] | None = None) -> Any:
+    """Fork ``source_id``: run ``flow`` (a fresh instance of a ``@durable`` class) from the
+    source's latest state under a derived id. Forking twice with the same inputs gives
+    the same flow id and state; a repeated fork resumes (or returns) the same lineage."""
+    fid = fork_id(persistence_of(flow), source_id, inputs)
+    return flow.kickoff(inputs={**(inputs or {}), "id": fid}, restore_from_state_id=source_id)
+
+
+async def afork(flow: Any, source_id: str, inputs: dict[str, Any] | None = None) -> Any:
+    """:func:`fork` for async code."""
+    fid = fork_id(persistence_of(flow), source_id, inputs)
+    return await flow.kickoff_async(inputs={**(inputs or {}), "id": fid},
+                                    restore_from_state_id=source_id)
+
+
+def use_as_default(url: str, *, lease: float | None = None) -> RemitFlowPersistence:
+    """Make remit CrewAI's process-wide default persistence (a bare ``@persist()``,
+    pausing and ``from_pending``), through CrewAI's own factory. Returns the backend."""
+    backend = RemitFlowPersistence.from_url(url, lease=lease)
+    set_flow_persistence_factory(lambda: backend)
+    return backend

@@ -1,0 +1,371 @@
+"""RemitFlowPersistence: a CrewAI ``FlowPersistence`` on a remit store.
+
+This module is the only place that knows how CrewAI hands state to a
+persistence backend. What it stores, per flow id (the store's ``run_id``):
+
+===============================  =====================================================
+CrewAI                           remit store
+===============================  =====================================================
+``save_state`` after a method    a checkpoint of kind ``crewai-state``, ``data`` =
+                                 ``{"state", "method", "epoch"}``; with ``@durable``
+                                 its id is derived from (flow, epoch, method, ordinal)
+``save_pending_feedback``        a checkpoint of kind ``crewai-pending`` that holds
+                                 the state, the feedback context and the position of
+                                 the run, in one write
+a resume of parked feedback      a claim ``crewai|<flow>|<pending checkpoint id>``:
+                                 one delivery wins, the value is recorded on it (CO)
+an execution (an epoch)          checkpoints ``start-N`` / ``end-N`` in namespace
+                                 ``remit-epoch``; ``end-N`` records the flow's result
+a method body (``@durable``)     a receipt per (flow, epoch, method, ordinal): the
+                                 method's output and the state it left (EO, PC)
+===============================  =====================================================
+
+``load_state`` returns the state of the latest checkpoint: a pure function
+of the store, never of a wall clock.
+
+CV: every state is validated before it is written. A pydantic state is
+checked field by field in strict mode against its own class (so a value
+assigned without ``validate_assignment`` is caught); a dict that CrewAI hands
+over for a structured flow (the pause and ``ask`` paths) is checked against
+the class remembered for that flow; a dict state must be JSON as it is:
+nothing is turned into a string.
+
+The backend is a pydantic model that CrewAI serialises into its flow JSON, so
+its fields hold the store URL with the password masked, never a secret. The
+open store lives in a process-wide cache keyed by the real URL; a model
+rebuilt from JSON finds it again by its masked URL (or through
+``REMIT_CREWAI_URL``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Literal
+
+from crewai.flow.persistence.base import FlowPersistence
+from pydantic import BaseModel, Field, PrivateAttr
+
+from remit_core import ConsumeConflict, RemitError, StateSchema, StateValidationError, derive_id
+from remit_core.errors import StoreConfigError
+from remit_core.records import Checkpoint
+from remit_core.store import Store, new_owner, open_store
+from remit_core.urls import mask_url
+
+if TYPE_CHECKING:
+    from crewai.flow.async_feedback.types import PendingFeedbackContext
+
+STATE_KIND = "crewai-state"
+PENDING_KIND = "crewai-pending"
+EPOCH_KIND = "crewai-epoch"
+EPOCH_NS = "remit-epoch"
+URL_ENV = "REMIT_CREWAI_URL"
+
+_lock = threading.Lock()
+_stores: dict[tuple[int, str, float | None], Store] = {}
+_real_urls: dict[str, str] = {}
+
+
+def shared_store(url: str, lease: float | None = None) -> Store:
+    """One open store per (process, URL, lease): CrewAI builds backends often."""
+    key = (os.getpid(), url, lease)
+    with _lock:
+        store = _stores.get(key)
+        if store is None:
+            store = open_store(url, lease=lease)
+            _stores[key] = store
+        _real_urls[mask_url(url)] = url
+        return store
+
+
+def claim_key(flow_id: str, pending_id: str) -> str:
+    return f"crewai|{flow_id}|{pending_id}"
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """Where a flow id stands: the execution in progress, or the last one finished."""
+
+    number: int
+    finished: bool
+    result: Any = None
+
+
+@lru_cache(maxsize=256)
+def _schema(cls: type) -> StateSchema:
+    return StateSchema(cls, strict=True)
+
+
+def _json_path_error(value: Any, path: str = "") -> tuple[str, Any] | None:
+    """The first value in a dict state that JSON cannot hold as it is."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if value == value and value not in (float("inf"), float("-inf")) else (
+            path or "$", value)
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return (f"{path}.{k!r}" if path else repr(k), k)
+            found = _json_path_error(v, f"{path}.{k}" if path else k)
+            if found:
+                return found
+        return None
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _json_path_error(v, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return (path or "$", value)
+
+
+def dump_state(state: Any, *, flow_id: str, step: str,
+               state_type: type[BaseModel] | None = None) -> dict[str, Any]:
+    """CV: the state as JSON-ready data, or :class:`StateValidationError`; writes nothing."""
+    if isinstance(state, BaseModel):
+        _schema(type(state)).check(state, run_id=flow_id, step=step)
+        return state.model_dump(mode="json")
+    if not isinstance(state, Mapping):
+        raise StateValidationError(
+            f"invalid state in flow {flow_id!r}, step {step!r}: a flow state is a pydantic "
+            f"model or a dict, not {type(state).__name__}. Nothing was written.",
+            run_id=flow_id, step=step, field="$")
+    if state_type is not None:
+        _schema(state_type).check(dict(state), run_id=flow_id, step=step)
+        return state_type.model_validate(dict(state)).model_dump(mode="json")
+    bad = _json_path_error(state)
+    if bad is not None:
+        field, value = bad
+        raise StateValidationError(
+            f"invalid state in flow {flow_id!r}, step {step!r}: field {field!r} holds a "
+            f"{type(value).__name__} ({value!r:.60}), which JSON cannot store as it is. "
+            "remit never turns a value into a string: store it as a str, number, bool, "
+            "list or dict (for example a datetime as .isoformat()), or give the flow a "
+            "pydantic state. Nothing was written; the last valid state is still the latest.",
+            run_id=flow_id, step=step, field=field)
+    copied: dict[str, Any] = json.loads(json.dumps(state))
+    return copied
+
+
+class RemitFlowPersistence(FlowPersistence):
+    """A CrewAI ``FlowPersistence`` that keeps the resume contract.
+
+    Open it with :meth:`from_url`. Use it as ``@persist(store)``, as
+    ``Flow(persistence=store)``, or process-wide with
+    :func:`remit_crewai.use_as_default`. Add :func:`remit_crewai.durable` to the
+    flow class so that completed methods are not run again.
+    """
+
+    persistence_type: str = Field(default="RemitFlowPersistence")
+    #: the store URL with its password masked (CrewAI writes this field into flow JSON)
+    url: str = Field(default="")
+    lease: float | None = Field(default=None)
+
+    _store: Store | None = PrivateAttr(default=None)
+    _state_types: dict[str, type[BaseModel]] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def from_url(cls, url: str, *, lease: float | None = None) -> RemitFlowPersistence:
+        """Open ``url`` (``sqlite:///flows.db``, ``postgresql://...``, ``redis://...``).
+
+        ``lease`` (seconds) bounds how long a dead process holds a method or a
+        resume before another process may take over; the store default is 30.
+        """
+        store = shared_store(url, lease)
+        self = cls(url=mask_url(url), lease=lease)
+        self._store = store
+        return self
+
+    # ------------------------------------------------------------------------------ the store
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = shared_store(self._real_url(), self.lease)
+        return self._store
+
+    def _real_url(self) -> str:
+        with _lock:
+            real = _real_urls.get(self.url)
+        if real is not None:
+            return real
+        env = os.environ.get(URL_ENV)
+        if env and (not self.url or mask_url(env) == self.url):
+            return env
+        if self.url and "***" not in self.url:
+            return self.url
+        raise StoreConfigError(
+            f"RemitFlowPersistence for {self.url or '<no URL>'!r} was rebuilt from flow JSON "
+            f"in a process that has not opened it: call RemitFlowPersistence.from_url(url) "
+            f"once at start-up, or set {URL_ENV} to the full URL.", url=self.url or None)
+
+    def remember_state_type(self, flow_id: str, state_type: type[BaseModel]) -> None:
+        """Validate dicts that CrewAI hands over for ``flow_id`` against this class."""
+        self._state_types[flow_id] = state_type
+
+    # ----------------------------------------------------------------------- FlowPersistence
+
+    def init_db(self) -> None:
+        self.store  # noqa: B018  (opens the store and creates its tables)
+
+    def save_state(self, flow_uuid: str, method_name: str,
+                   state_data: dict[str, Any] | BaseModel) -> None:
+        from remit_crewai._durable import current_run
+
+        run = current_run(flow_uuid)
+        step = method_name if run is None else run.step_name(method_name)
+        if isinstance(state_data, BaseModel):
+            self._state_types.setdefault(flow_uuid, type(state_data))
+        state = dump_state(state_data, flow_id=flow_uuid, step=step,
+                           state_type=self._state_type(flow_uuid, run))
+        epoch = run.epoch if run is not None else self.epoch(flow_uuid).number
+        self.store.put_checkpoint(
+            flow_uuid, self._state_id(flow_uuid, method_name, run), kind=STATE_KIND,
+            data={"state": state, "method": method_name, "epoch": epoch},
+            metadata={"method": method_name, "epoch": epoch, "step": step})
+
+    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
+        latest = self.store.get_checkpoint(flow_uuid, with_writes=False)
+        if latest is None:
+            return None
+        return dict(latest.data["state"])
+
+    def save_pending_feedback(self, flow_uuid: str, context: PendingFeedbackContext,
+                              state_data: dict[str, Any] | BaseModel) -> None:
+        from remit_crewai._durable import current_run
+
+        run = current_run(flow_uuid)
+        method = context.method_name
+        step = method if run is None else run.step_name(method)
+        if isinstance(state_data, BaseModel):
+            self._state_types.setdefault(flow_uuid, type(state_data))
+        state = dump_state(state_data, flow_id=flow_uuid, step=step,
+                           state_type=self._state_type(flow_uuid, run))
+        epoch = run.epoch if run is not None else self.epoch(flow_uuid).number
+        pending_id = (derive_id(flow_uuid, f"crewai-pending/{step}") if run is not None
+                      else _time_ordered_id())
+        self.store.put_checkpoint(
+            flow_uuid, pending_id, kind=PENDING_KIND,
+            data={"state": state, "context": context.to_dict(), "method": method,
+                  "epoch": epoch,
+                  "position": None if run is None else run.position()},
+            metadata={"method": method, "epoch": epoch, "step": step, "pending": True})
+
+    def load_pending_feedback(
+        self, flow_uuid: str
+    ) -> tuple[dict[str, Any], PendingFeedbackContext] | None:
+        """The parked feedback of ``flow_uuid`` that no resume has consumed. Read-only:
+        loading a pending flow to look at it never claims it."""
+        from crewai.flow.async_feedback.types import PendingFeedbackContext
+
+        found = self.pending(flow_uuid)
+        if found is None or found[1] == "consumed":
+            return None
+        cp = found[0]
+        return dict(cp.data["state"]), PendingFeedbackContext.from_dict(cp.data["context"])
+
+    def clear_pending_feedback(self, flow_uuid: str) -> None:
+        """CrewAI calls this after it accepted feedback and before any listener runs.
+
+        Under ``@durable`` the resume already holds the claim: check that it still
+        does. Without it this is the only guard: claim and consume here, so that
+        of two deliveries the second raises :class:`ConsumeConflict` before its
+        listeners run.
+        """
+        from remit_crewai._durable import current_run
+
+        run = current_run(flow_uuid)
+        if run is not None and run.held_claim is not None:
+            run.check_claim()
+            return
+        found = self.pending(flow_uuid)
+        if found is None:
+            return
+        key = claim_key(flow_uuid, found[0].checkpoint_id)
+        owner = new_owner()
+        claim = self.store.claim_once(key, run_id=flow_uuid, owner=owner)
+        self.store.consume_claim(key, owner=owner, fence=claim.fence)
+
+    # --------------------------------------------------------------------------- remit reads
+
+    def pending(self, flow_uuid: str) -> tuple[Checkpoint, Literal["open", "held", "consumed"]] | None:
+        """The newest parked-feedback record of the flow and the state of its claim."""
+        for cp in self.store.list_checkpoints(flow_uuid, ns="", with_writes=False):
+            if cp.kind != PENDING_KIND:
+                continue
+            claim = self.store.get_claim(claim_key(flow_uuid, cp.checkpoint_id))
+            if claim is None or claim.status == "released":
+                return cp, "open"
+            return cp, "consumed" if claim.status == "consumed" else "held"
+        return None
+
+    def epoch(self, flow_uuid: str) -> Epoch:
+        """The flow's current execution: the latest ``start-N`` or ``end-N`` record."""
+        latest = self.store.get_checkpoint(flow_uuid, ns=EPOCH_NS, with_writes=False)
+        if latest is None:
+            return Epoch(0, False)
+        data = latest.data
+        return Epoch(int(data["epoch"]), bool(data["finished"]), data.get("result"))
+
+    def finish_epoch(self, flow_uuid: str, epoch: int, result: Any) -> None:
+        self.store.put_checkpoint(
+            flow_uuid, f"end-{epoch}", ns=EPOCH_NS, kind=EPOCH_KIND,
+            data={"epoch": epoch, "finished": True, "result": result})
+
+    def new_execution(self, flow_uuid: str) -> int:
+        """Start a new execution (epoch) of a finished flow; return its number.
+
+        The next ``kickoff(inputs={"id": flow_uuid})`` then runs every method again
+        on the persisted state, with fresh receipts. Calling it while an execution
+        is unfinished changes nothing and returns that execution's number.
+        """
+        current = self.epoch(flow_uuid)
+        if not current.finished:
+            return current.number
+        nxt = current.number + 1
+        self.store.put_checkpoint(
+            flow_uuid, f"start-{nxt}", ns=EPOCH_NS, kind=EPOCH_KIND,
+            data={"epoch": nxt, "finished": False})
+        return nxt
+
+    def latest_state_id(self, flow_uuid: str) -> str | None:
+        latest = self.store.get_checkpoint(flow_uuid, with_writes=False)
+        return None if latest is None else latest.checkpoint_id
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _state_type(self, flow_uuid: str, run: Any) -> type[BaseModel] | None:
+        if run is not None and run.state_type is not None:
+            return run.state_type  # type: ignore[no-any-return]
+        return self._state_types.get(flow_uuid)
+
+    @staticmethod
+    def _state_id(flow_uuid: str, method_name: str, run: Any) -> str:
+        if run is not None:
+            return derive_id(flow_uuid, f"crewai-state/{run.step_name(method_name)}")
+        return _time_ordered_id()
+
+    def __repr__(self) -> str:
+        return f"RemitFlowPersistence({self.url!r})"
+
+
+def _time_ordered_id() -> str:
+    """An id for a save that ``@durable`` does not position (plain ``@persist`` flows)."""
+    return str(uuid.uuid7()) if hasattr(uuid, "uuid7") else str(uuid.uuid4())
+
+
+def not_remit(flow: Any) -> RemitError:
+    return RemitError(
+        f"@durable flow {type(flow).__name__} has no remit persistence: decorate the class "
+        "with @persist(RemitFlowPersistence.from_url(url)), pass "
+        "Flow(persistence=RemitFlowPersistence.from_url(url)), or call "
+        "remit_crewai.use_as_default(url) at start-up.")
+
+
+__all__ = ["ConsumeConflict", "Epoch", "RemitFlowPersistence", "dump_state", "shared_store"]

@@ -1,0 +1,36 @@
+"""Keep CrewAI's side files (home dir, caches, locks, storage) inside one temporary
+directory, with telemetry and tracing off. Imported before crewai, in the test
+process and in every worker process (they inherit the environment)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+HOME_VAR = "REMIT_CREWAI_TEST_HOME"
+
+
+def isolate() -> str:
+    home = os.environ.get(HOME_VAR)
+    if not home:
+        home = tempfile.mkdtemp(prefix="remit-crewai-")
+        os.environ[HOME_VAR] = home
+    for sub in ("home", "data", "cache", "config", "tmp", "storage"):
+        os.makedirs(os.path.join(home, sub), exist_ok=True)
+    os.environ.update({
+        "HOME": os.path.join(home, "home"),
+        "XDG_DATA_HOME": os.path.join(home, "data"),
+        "XDG_CACHE_HOME": os.path.join(home, "cache"),
+        "XDG_CONFIG_HOME": os.path.join(home, "config"),
+        "TMPDIR": os.path.join(home, "tmp"),
+        "CREWAI_STORAGE_DIR": os.path.join(home, "storage"),
+        "CREWAI_DISABLE_TELEMETRY": "true",
+        "CREWAI_DISABLE_TRACKING": "true",
+        "CREWAI_TRACING_ENABLED": "false",
+        "OTEL_SDK_DISABLED": "true",
+    })
+    tempfile.tempdir = None  # re-read TMPDIR
+    return home
+
+
+isolate()
