@@ -351,3 +351,17 @@ def test_flow_json_holds_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REMIT_CREWAI_URL", url)
     reopened = RemitFlowPersistence.model_validate_json(dumped).store
     assert isinstance(reopened.list_runs(limit=1), list)
+
+
+def test_abandoning_an_unfinished_execution(store_url: str, tmp_path: Path) -> None:
+    """What conversational flows do on every turn: an execution that ran something and did
+    not finish is left behind (the next turn is not a resume of the dead one); a fresh one is
+    kept."""
+    backend = RemitFlowPersistence.from_url(store_url)
+    assert backend.new_execution("never-ran", abandon=True) == 0
+    with pytest.raises(StateValidationError):
+        cv_flow(store_url)().kickoff(inputs={"id": "turn", "ledger": str(tmp_path / "l"),
+                                             "value": "x"})
+    assert backend.new_execution("turn") == 0  # unfinished: kept by default
+    assert backend.new_execution("turn", abandon=True) == 1
+    assert backend.new_execution("turn", abandon=True) == 1  # execution 1 has not run yet

@@ -332,8 +332,8 @@ def _patch_kickoff(cls: type) -> None:
         try:
             flow_id = str(inputs["id"]) if inputs and inputs.get("id") else None
             if flow_id is not None:
-                if getattr(self, "conversational", False):
-                    persistence.new_execution(flow_id)
+                if getattr(self, "conversational", False):  # every turn is a new execution
+                    persistence.new_execution(flow_id, abandon=True)
                 current = persistence.epoch(flow_id)
                 if current.finished:
                     latest = persistence.load_state(flow_id)

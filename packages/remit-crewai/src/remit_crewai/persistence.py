@@ -318,21 +318,27 @@ class RemitFlowPersistence(FlowPersistence):
             flow_uuid, f"end-{epoch}", ns=EPOCH_NS, kind=EPOCH_KIND,
             data={"epoch": epoch, "finished": True, "result": result})
 
-    def new_execution(self, flow_uuid: str) -> int:
+    def new_execution(self, flow_uuid: str, *, abandon: bool = False) -> int:
         """Start a new execution (epoch) of a finished flow; return its number.
 
         The next ``kickoff(inputs={"id": flow_uuid})`` then runs every method again
         on the persisted state, with fresh receipts. Calling it while an execution
-        is unfinished changes nothing and returns that execution's number.
+        is unfinished changes nothing and returns that execution's number, unless
+        ``abandon`` (a conversational turn that died is not resumed by the next turn).
         """
         current = self.epoch(flow_uuid)
-        if not current.finished:
+        if not current.finished and not (abandon and self._started(flow_uuid, current)):
             return current.number
         nxt = current.number + 1
         self.store.put_checkpoint(
             flow_uuid, f"start-{nxt}", ns=EPOCH_NS, kind=EPOCH_KIND,
             data={"epoch": nxt, "finished": False})
         return nxt
+
+    def _started(self, flow_uuid: str, current: Epoch) -> bool:
+        """Whether the unfinished execution ``current`` has run anything yet."""
+        prefix = f"e{current.number}/"
+        return any(r.step.startswith(prefix) for r in self.store.list_receipts(flow_uuid))
 
     def latest_state_id(self, flow_uuid: str) -> str | None:
         latest = self.store.get_checkpoint(flow_uuid, with_writes=False)
