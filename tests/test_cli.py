@@ -55,9 +55,11 @@ def test_bad_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown store scheme" in err and "pw@" not in err
 
 
-def test_check_not_available_yet(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check"]) == 2
-    assert "not available" in capsys.readouterr().err
+def test_check_rejects_an_unknown_framework(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["check", "--framework", "autogen"])
+    assert exc.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
 
 
 def test_migrate_unknown_framework_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

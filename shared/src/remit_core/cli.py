@@ -2,7 +2,8 @@
 
 ``inspect`` looks inside a store. ``migrate`` imports runs that a stock
 persistence layer stored; each adapter package implements its own part.
-``check`` needs the framework adapters; it says so until it lands.
+``check`` runs the resume contract's fault matrix for every installed framework,
+stock against remit.
 """
 
 from __future__ import annotations
@@ -99,10 +100,22 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_yet(args: argparse.Namespace) -> int:
-    print(f"remit {args.command}: not available in this version; it needs the framework "
-          "adapters, which are still being built.", file=sys.stderr)
-    return 2
+def _check(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from remit_core.check import run_check
+    from remit_core.check.report import text, write_html, write_json
+
+    report = run_check(args.framework or None, store_url=args.store, k=args.k, reps=args.reps,
+                       progress=not args.quiet, only=args.fault or None)
+    print(text(report))
+    if args.json:
+        write_json(report, Path(args.json))
+        print(f"JSON report: {args.json}")
+    if args.html:
+        write_html(report, Path(args.html))
+        print(f"HTML report: {args.html}")
+    return 0 if report.ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,8 +127,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ins.add_argument("--json", action="store_true", help="print JSON")
     ins.add_argument("--limit", type=int, default=50)
     ins.set_defaults(func=_inspect)
-    chk = sub.add_parser("check", help="run the resume-contract fault matrix")
-    chk.set_defaults(func=_not_yet)
+    from remit_core.check import FAULTS, FRAMEWORKS
+
+    chk = sub.add_parser("check", help="run the resume-contract fault matrix, stock vs remit")
+    chk.add_argument("--store", help="a remit store URL to test on (default: a temporary "
+                     "SQLite file); use a PostgreSQL or Redis server to test across hosts")
+    chk.add_argument("--framework", action="append", choices=list(FRAMEWORKS),
+                     help="only this framework (repeatable; default: every installed one)")
+    chk.add_argument("--fault", action="append", choices=list(FAULTS),
+                     help="only this fault point (repeatable)")
+    chk.add_argument("--k", type=int, default=4, help="concurrent resumers (default 4)")
+    chk.add_argument("--reps", type=int, default=2, help="repetitions per cell (default 2)")
+    chk.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    chk.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    chk.add_argument("--quiet", action="store_true", help="no progress bar")
+    chk.set_defaults(func=_check)
     mig = sub.add_parser("migrate", help="import runs from a stock persistence layer")
     fw = mig.add_subparsers(dest="framework", required=True)
     from remit_core.migrate import ADAPTERS

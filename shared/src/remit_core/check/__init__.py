@@ -1,0 +1,246 @@
+"""``remit check``: the resume contract's fault matrix, stock against remit, as real runs.
+
+A *cell* is one property, one fault point, one framework and one layer (the
+framework's stock persistence, or remit). Each cell is measured by real runs:
+a small graph or flow with no LLM runs in child processes, is killed with
+SIGKILL, raced by k processes released by a barrier, or fed invalid state,
+and an effect ledger (a file every real effect call appends to) is the
+oracle. A cell reports its raw counts, not only a verdict.
+
+remit-core knows no framework. Each adapter ships a module
+``remit_<framework>.check`` with::
+
+    FRAMEWORK: str                      # "langgraph", "crewai", "pydantic-graph"
+    LAYERS: dict[str, str]              # layer name -> factory spec, "module:function"
+    def scenarios() -> list[Scenario]   # the fault points it can produce
+
+A :class:`Scenario` runs one fault point on one layer, ``reps`` times, and
+returns one :class:`CellResult` per property it observes. The runner calls
+every scenario for every layer and collects the matrix.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+PROPERTIES = ("PC", "EO", "FI/FD", "CV", "CO", "CO-k", "RD", "LV")
+FAULTS = {
+    "kill-after-effect": "SIGKILL inside a step after an effect",
+    "kill-between-steps": "SIGKILL between steps",
+    "kill-during-write": "SIGKILL during a write",
+    "k-resumes": "k concurrent resumes",
+    "second-resume": "a second resume",
+    "invalid-state": "invalid state",
+    "fork-twice": "fork twice",
+    "recover-twice": "recover twice",
+}
+#: command-line framework name -> (the framework's import name, the adapter's check module)
+FRAMEWORKS: dict[str, tuple[str, str]] = {
+    "langgraph": ("langgraph", "remit_langgraph.check"),
+    "crewai": ("crewai", "remit_crewai.check"),
+    "pydantic-graph": ("pydantic_graph", "remit_pydantic_graph.check"),
+}
+
+Verdict = Literal["holds", "violated", "error"]
+
+
+@dataclass
+class CellResult:
+    """One cell of the matrix: what was measured, and whether the property held."""
+
+    framework: str
+    layer: str
+    fault: str
+    property: str
+    verdict: Verdict
+    counts: dict[str, int]
+    #: one line that reads on its own: "gated effect fired 4 times in 4 reps"
+    summary: str
+    seconds: float = 0.0
+    detail: str = ""
+
+    @builtins.property  # (the field above is named "property")
+    def holds(self) -> bool:
+        return self.verdict == "holds"
+
+
+@dataclass
+class CheckEnv:
+    """What a scenario gets: a private work directory, the options, and stores."""
+
+    workdir: Path
+    k: int
+    reps: int
+    #: the remit store to use (``--store``); None: a fresh SQLite file per scenario
+    store_url: str | None = None
+    _n: int = 0
+
+    def fresh_dir(self, name: str) -> Path:
+        self._n += 1
+        d = self.workdir / f"{self._n:03d}-{name}"
+        d.mkdir(parents=True)
+        return d
+
+    def remit_url(self, d: Path) -> str:
+        """The store a remit layer uses for one scenario (runs are told apart by id)."""
+        return self.store_url or f"sqlite:///{d / 'remit.db'}"
+
+    @staticmethod
+    def new_id(prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@dataclass
+class Scenario:
+    """One fault point. ``run(env, layer, factory)`` returns its cells for that layer."""
+
+    fault: str
+    properties: tuple[str, ...]
+    run: Callable[[CheckEnv, str, str], list[CellResult]]
+
+
+@dataclass
+class Report:
+    cells: list[CellResult] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Every remit cell holds (a stock violation is a finding, not a failure), and
+        there was at least one."""
+        mine = [c for c in self.cells if c.layer == "remit"]
+        return bool(mine) and all(c.holds for c in mine)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "seconds": round(self.seconds, 1), "options": self.options,
+                "skipped": self.skipped, "cells": [asdict(c) for c in self.cells]}
+
+
+def verdict(ok: bool) -> Verdict:
+    return "holds" if ok else "violated"
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    """``"package.module:function"`` -> the function."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"not a factory spec {spec!r}: use 'package.module:function'")
+    fn: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return fn
+
+
+def available(framework: str) -> tuple[Any | None, str]:
+    """The adapter's check module, or None and a one-line reason."""
+    dist, module = FRAMEWORKS[framework]
+    if importlib.util.find_spec(dist) is None:
+        return None, f"{framework} is not installed"
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        pkg = module.split(".")[0].replace("_", "-")
+        return None, f"{framework} is installed but {pkg} is not (pip install {pkg})"
+    if importlib.util.find_spec(module) is None:
+        return None, f"this version of {module.split('.')[0].replace('_', '-')} has no check module"
+    return importlib.import_module(module), ""
+
+
+class Progress:
+    """A one-line progress bar on stderr (a plain line per cell when not a terminal)."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total = max(total, 1)
+        self.done = 0
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.start = time.monotonic()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * self.done / self.total)
+        elapsed = time.monotonic() - self.start
+        line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                f"{elapsed:5.0f}s  {label}")
+        if self.tty:
+            sys.stderr.write("\r\x1b[2K" + line[:120])
+            if self.done == self.total:
+                sys.stderr.write("\n")
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None = None,
+              k: int = 4, reps: int = 2, layers: Sequence[str] = ("stock", "remit"),
+              progress: bool = True, workdir: Path | None = None,
+              only: Sequence[str] | None = None) -> Report:
+    """Run the matrix. ``only`` limits it to some fault points (names of :data:`FAULTS`)."""
+    started = time.monotonic()
+    report = Report(options={"frameworks": list(frameworks or FRAMEWORKS), "k": k,
+                             "reps": reps, "store": _masked(store_url) or "sqlite (temporary)",
+                             "layers": list(layers)})
+    plan: list[tuple[str, Any, Scenario, str]] = []
+    for name in frameworks or FRAMEWORKS:
+        if name not in FRAMEWORKS:
+            raise ValueError(f"unknown framework {name!r}; choose from {', '.join(FRAMEWORKS)}")
+        module, reason = available(name)
+        if module is None:
+            report.skipped[name] = reason
+            continue
+        for scenario in module.scenarios():
+            if only and scenario.fault not in only:
+                continue
+            for layer in layers:
+                plan.append((name, module, scenario, layer))
+    bar = Progress(len(plan), progress)
+    own_dir = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="remit-check-")) if workdir is None else workdir
+    try:
+        for name, module, scenario, layer in plan:
+            env = CheckEnv(workdir=root / f"{name}-{layer}", k=k, reps=reps,
+                           store_url=store_url if layer == "remit" else None)
+            env.workdir.mkdir(parents=True, exist_ok=True)
+            t0 = time.monotonic()
+            try:
+                cells = scenario.run(env, layer, module.LAYERS[layer])
+            except Exception as exc:  # a scenario that cannot run is an error cell, not a crash
+                cells = [CellResult(name, layer, scenario.fault, prop, "error", {},
+                                    f"could not run: {type(exc).__name__}: {exc}",
+                                    detail=traceback.format_exc())
+                         for prop in scenario.properties]
+            for cell in cells:
+                cell.seconds = round(time.monotonic() - t0, 2)
+            report.cells.extend(cells)
+            bar.step(f"{name} {layer} {scenario.fault}")
+    finally:
+        if own_dir and not os.environ.get("REMIT_CHECK_KEEP"):
+            shutil.rmtree(root, ignore_errors=True)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _masked(url: str | None) -> str | None:
+    if url is None:
+        return None
+    from remit_core.urls import mask_url
+
+    return mask_url(url)
+
+
+__all__ = ["FAULTS", "FRAMEWORKS", "PROPERTIES", "CellResult", "CheckEnv", "Report", "Scenario",
+           "load_factory", "run_check", "verdict"]
