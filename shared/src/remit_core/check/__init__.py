@@ -17,6 +17,12 @@ remit-core knows no framework. Each adapter ships a module
 A :class:`Scenario` runs one fault point on one layer, ``reps`` times, and
 returns one :class:`CellResult` per property it observes. The runner calls
 every scenario for every layer and collects the matrix.
+
+A layer's factory (``LAYERS[layer]``) is called in the child processes with a
+directory that belongs to one scenario; every call with the same directory
+opens the same durable store. A remit factory uses the store named by
+:data:`STORE_ENV` when it is set (``remit check --store URL``), else a SQLite
+file in that directory.
 """
 
 from __future__ import annotations
@@ -55,6 +61,9 @@ FRAMEWORKS: dict[str, tuple[str, str]] = {
 }
 
 Verdict = Literal["holds", "violated", "error"]
+
+#: set for the scenarios' child processes when ``--store`` names a remit store
+STORE_ENV = "REMIT_CHECK_STORE"
 
 
 @dataclass
@@ -215,6 +224,8 @@ def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None 
             env = CheckEnv(workdir=root / f"{name}-{layer}", k=k, reps=reps,
                            store_url=store_url if layer == "remit" else None)
             env.workdir.mkdir(parents=True, exist_ok=True)
+            if store_url is not None:  # child processes open the same store
+                os.environ[STORE_ENV] = store_url
             t0 = time.monotonic()
             try:
                 cells = scenario.run(env, layer, module.LAYERS[layer])
