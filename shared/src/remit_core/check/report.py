@@ -45,18 +45,14 @@ def text(report: Report) -> str:
         out.append(f"{fw}: skipped ({note})")
     if report.skipped:
         out.append("")
-    width = 44
     for fw, rows in _rows(report).items():
         out.append(fw)
-        out.append("  " + f"{'fault point':<20}{'property':<8}"
-                   + "".join(f"{layer:<{width}}" for layer in layers))
         for fault, prop, by_layer in rows:
-            cols = []
-            for layer in layers:
+            for n, layer in enumerate(layers):
                 c = by_layer.get(layer)
-                cell = "-" if c is None else f"{MARK[c.verdict]}: {c.summary}"
-                cols.append(f"{cell[:width - 2]:<{width}}")
-            out.append("  " + f"{fault:<20}{prop:<8}" + "".join(cols).rstrip())
+                label = f"{fault:<20}{prop:<7}" if n == 0 else " " * 27
+                cell = "-" if c is None else f"{MARK[c.verdict]:<9}{c.summary}"
+                out.append(f"  {label}{layer:<7}{cell}")
         out.append("")
     out.append("profile: " + profile(report))
     if not report.cells:

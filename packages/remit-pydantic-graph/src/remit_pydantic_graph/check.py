@@ -1,0 +1,614 @@
+"""``remit check`` for pydantic-graph: the fault matrix on FileStatePersistence and on remit.
+
+Every cell is measured by real runs of small graphs with no LLM, in child
+processes forked from a server that imported only this module. Kill points
+are reported by the child over a pipe (the parent then SIGKILLs it); racers
+are released by a barrier; a ledger file (one fsynced line per real effect
+call and per node entry) is the oracle.
+
+A layer factory is ``factory(directory, run_id) -> BaseStatePersistence``:
+every call with the same directory reaches the same durable history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from pydantic_graph import BaseNode, End, GraphRunContext
+from pydantic_graph.graph import Graph
+from pydantic_graph.persistence import BaseStatePersistence
+
+from remit_core import ConsumeConflict, StateValidationError, effect
+from remit_core.check import STORE_ENV, CellResult, CheckEnv, Scenario, load_factory, verdict
+
+FRAMEWORK = "pydantic-graph"
+LAYERS = {"stock": "remit_pydantic_graph.check:stock_persistence",
+          "remit": "remit_pydantic_graph.check:remit_persistence"}
+LEASE = 1.0
+WAIT = 30.0  # a child that does not report within this many seconds counts as stuck
+
+
+def stock_persistence(directory: str, run_id: str) -> BaseStatePersistence[Any, Any]:
+    from pydantic_graph.persistence.file import FileStatePersistence
+
+    return FileStatePersistence(Path(directory) / f"{run_id}.json")
+
+
+def remit_persistence(directory: str, run_id: str) -> BaseStatePersistence[Any, Any]:
+    from remit_pydantic_graph import RemitStatePersistence
+
+    url = os.environ.get(STORE_ENV) or f"sqlite:///{directory}/remit.db"
+    return RemitStatePersistence.from_url(url, run_id=run_id, lease=LEASE)
+
+
+def note(ledger: str, line: str) -> None:
+    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def lines(ledger: Path) -> list[str]:
+    try:
+        return ledger.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def count(entries: list[str], prefix: str) -> int:
+    return sum(e.startswith(prefix) for e in entries)
+
+
+# ================================================================================ graphs
+
+
+@dataclass
+class Deps:
+    ledger: str
+    hang: str = ""
+    conn: Connection | None = None
+
+
+@dataclass
+class Order:
+    x: int = 0
+    log: list[str] = field(default_factory=list)
+
+
+@effect(name="check-charge")
+def charge(ledger: str, amount: int, *, idempotency_key: str = "") -> str:
+    note(ledger, f"effect charge {amount}")
+    return f"txn-{amount}"
+
+
+def _hang(deps: Deps, point: str) -> None:
+    if deps.hang == point and deps.conn is not None:
+        deps.conn.send(point)
+        deps.conn.recv()  # the parent SIGKILLs this process here
+
+
+@dataclass
+class A(BaseNode[Order, Deps, int]):
+    async def run(self, ctx: GraphRunContext[Order, Deps]) -> B:
+        note(ctx.deps.ledger, "enter A")
+        ctx.state.x += 1
+        return B(amount=ctx.state.x * 10)
+
+
+@dataclass
+class B(BaseNode[Order, Deps, int]):
+    amount: int
+
+    async def run(self, ctx: GraphRunContext[Order, Deps]) -> C:
+        note(ctx.deps.ledger, "enter B")
+        ctx.state.log.append(charge(ctx.deps.ledger, self.amount))
+        _hang(ctx.deps, "after-effect")
+        ctx.state.x += self.amount
+        if ctx.deps.hang == "invalid":
+            ctx.state.x = "eleven"  # type: ignore[assignment]  # the CV fault
+        return C()
+
+
+@dataclass
+class C(BaseNode[Order, Deps, int]):
+    async def run(self, ctx: GraphRunContext[Order, Deps]) -> End[int]:
+        note(ctx.deps.ledger, "enter C")
+        ctx.state.log.append("C")
+        return End(ctx.state.x)
+
+
+order_graph = Graph[Order, Deps, int](nodes=[A, B, C])
+CLEAN = (11, Order(x=11, log=["txn-10", "C"]))  # the output and state of an uncrashed run
+
+
+@effect(name="check-grant")
+def grant(ledger: str, *, idempotency_key: str = "") -> str:
+    note(ledger, "effect grant")
+    return "granted"
+
+
+@dataclass
+class Ask(BaseNode[Order, Deps, str]):
+    async def run(self, ctx: GraphRunContext[Order, Deps]) -> Answer:
+        return Answer()
+
+
+@dataclass
+class Answer(BaseNode[Order, Deps, str]):
+    async def run(self, ctx: GraphRunContext[Order, Deps]) -> Evaluate:
+        raise RuntimeError("the answer comes from outside: Answer never runs")
+
+
+@dataclass
+class Evaluate(BaseNode[Order, Deps, str]):
+    answer: str
+
+    async def run(self, ctx: GraphRunContext[Order, Deps]) -> End[str]:
+        note(ctx.deps.ledger, f"enter Evaluate {self.answer}")
+        ctx.state.log.append(grant(ctx.deps.ledger))
+        return End(self.answer)
+
+
+question_graph = Graph[Order, Deps, str](nodes=[Ask, Answer, Evaluate])
+
+BULK_STEPS = 10
+BLOB = 1 << 20
+
+
+@dataclass
+class Bulk:
+    n: int = 0
+    blob: str = ""
+
+
+@dataclass
+class Step(BaseNode[Bulk, None, int]):
+    i: int
+
+    async def run(self, ctx: GraphRunContext[Bulk]) -> Step | End[int]:
+        ctx.state.n += 1
+        ctx.state.blob = f"{self.i:08d}" * (BLOB // 8)
+        return Step(self.i + 1) if self.i + 1 < BULK_STEPS else End(ctx.state.n)
+
+
+bulk_graph = Graph[Bulk, None, int](nodes=[Step])
+
+
+GRAPHS: dict[str, Graph[Any, Any, Any]] = {"order": order_graph, "bulk": bulk_graph}
+
+
+# ========================================================================= child bodies
+
+
+Layer = tuple[str, str | None]  # (factory spec, the remit store URL or None)
+
+
+def _open(layer: Layer, d: str, run_id: str) -> Any:
+    """Open a layer in a child. The store URL travels as an argument: a forkserver's
+    children inherit the environment of its start, not the parent's current one."""
+    factory, store = layer
+    if store is None:
+        os.environ.pop(STORE_ENV, None)
+    else:
+        os.environ[STORE_ENV] = store
+    return load_factory(factory)(d, run_id)
+
+
+def _hang_around_snapshot(p: Any, deps: Deps) -> None:
+    """Kill points around the successor's snapshot (an instance patch, on either layer)."""
+    original = p.snapshot_node
+
+    async def snapshot_node(state: Any, next_node: Any) -> None:
+        if isinstance(next_node, C):
+            _hang(deps, "gap")  # B returned; C's snapshot not written
+        await original(state, next_node)
+        if isinstance(next_node, C):
+            _hang(deps, "c-created")  # C's snapshot written, C not started
+
+    p.snapshot_node = snapshot_node
+
+
+def run_order(factory: Layer, d: str, run_id: str, ledger: str, hang: str,
+              conn: Connection | None = None) -> str:
+    deps = Deps(ledger, hang, conn)
+    p = _open(factory, d, run_id)
+    _hang_around_snapshot(p, deps)
+    try:
+        asyncio.run(order_graph.run(A(), state=Order(), deps=deps, persistence=p))
+    except StateValidationError:
+        return "refused"
+    return "finished"
+
+
+def recover(factory: Layer, d: str, run_id: str, ledger: str, graph: str = "order") -> tuple[Any, ...]:
+    """Resume a run in a fresh process (waiting out a dead owner's lease)."""
+    g = GRAPHS[graph]
+
+    async def go() -> tuple[Any, ...]:
+        p = _open(factory, d, run_id)
+        end = time.monotonic() + 4 * LEASE + 5
+        while True:
+            try:
+                deps = None if graph == "bulk" else Deps(ledger)
+                async with g.iter_from_persistence(p, deps=deps) as run:
+                    async for _ in run:
+                        pass
+                assert run.result is not None
+                ids = [s.id for s in await p.load_all()]
+                return ("ok", run.result.output, repr(run.result.state)[:200], ids)
+            except ConsumeConflict as exc:
+                if exc.status != "claimed" or time.monotonic() > end:
+                    return ("conflict", str(exc)[:120])
+                await asyncio.sleep(0.05)  # the dead owner's lease has not run out yet
+            except Exception as exc:
+                return ("failed", f"{type(exc).__name__}: {str(exc)[:120]}")
+
+    return asyncio.run(go())
+
+
+def load_history(factory: Layer, d: str, run_id: str, graph: str = "order") -> tuple[Any, ...]:
+    g = GRAPHS[graph]
+
+    async def go() -> tuple[Any, ...]:
+        p = _open(factory, d, run_id)
+        p.set_graph_types(g)
+        try:
+            history = await asyncio.wait_for(p.load_all(), timeout=10)
+        except Exception as exc:
+            return ("failed", f"{type(exc).__name__}: {str(exc)[:120]}")
+        return ("ok", len(history), [repr(getattr(s, "state", None))[:60] for s in history])
+
+    return asyncio.run(go())
+
+
+def answer_racer(factory: Layer, d: str, run_id: str, ledger: str, answer: str,
+                 barrier: Any, results: Any) -> None:
+    barrier.wait()
+    results.put(deliver_answer(factory, d, run_id, ledger, answer))
+
+
+def deliver_answer(factory: Layer, d: str, run_id: str, ledger: str, answer: str) -> str:
+    """The documented human-in-the-loop pattern: load_next(); if a snapshot is there,
+    continue with Evaluate(answer), else start a new run."""
+
+    async def go() -> str:
+        p = _open(factory, d, run_id)
+        p.set_graph_types(question_graph)
+        try:
+            node: BaseNode[Order, Deps, str]
+            if snapshot := await p.load_next():
+                state, node = snapshot.state, Evaluate(answer)
+            else:
+                state, node = Order(), Ask()
+            async with question_graph.iter(node, state=state, deps=Deps(ledger),
+                                           persistence=p) as run:
+                while True:
+                    nxt = await run.next()
+                    if isinstance(nxt, End):
+                        return "evaluated"
+                    if isinstance(nxt, Answer):
+                        return "asked"
+        except ConsumeConflict:
+            return "conflict"
+
+    return asyncio.run(go())
+
+
+def bulk_writer(factory: Layer, d: str, run_id: str, conn: Connection) -> None:
+    """The bulk graph (1 MB of state per step), announcing each snapshot write."""
+    p = _open(factory, d, run_id)
+    for name in ("snapshot_node", "snapshot_end"):
+        original = getattr(p, name)
+
+        def announced(*args: Any, __original: Any = original) -> Any:
+            conn.send("write")
+            return __original(*args)
+
+        setattr(p, name, announced)
+    asyncio.run(bulk_graph.run(Step(0), state=Bulk(), persistence=p))
+
+
+def fork_and_finish(factory: Layer, d: str, source: str, target: str, ledger: str,
+                    remit: bool) -> tuple[Any, ...]:
+    """Fork the parked source run at its head snapshot into ``target`` and run it to the end."""
+
+    async def go() -> tuple[Any, ...]:
+        p = _open(factory, d, source)
+        p.set_graph_types(order_graph)
+        head = (await p.load_all())[-1]
+        if remit:
+            forked = await p.fork(head.id, run_id=target)
+            async with order_graph.iter_from_persistence(forked, deps=Deps(ledger)) as run:
+                async for _ in run:
+                    pass
+            q = forked
+        else:  # the stock layer has no fork: start a new history from the snapshot's state
+            q = _open(factory, d, target)
+            async with order_graph.iter(head.node, state=head.state, deps=Deps(ledger),
+                                        persistence=q) as run:
+                async for _ in run:
+                    pass
+        assert run.result is not None
+        return (repr(run.result.state), [s.id for s in await q.load_all()])
+
+    return asyncio.run(go())
+
+
+# ============================================================================ the parent
+
+CTX = mp.get_context("forkserver")
+CTX.set_forkserver_preload([__name__])
+
+if mp.parent_process() is not None:  # in the fork server and its children: no noise
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("remit").setLevel(logging.ERROR)
+
+
+def _pid(proc: Any) -> int:
+    pid = proc.pid
+    assert isinstance(pid, int) and pid > 0, "the child process was not started"
+    return pid
+
+
+def _crash(target: Callable[..., Any], args: tuple[Any, ...], point: str) -> bool:
+    """Run ``target(*args, conn=...)`` in a child; SIGKILL it at ``point``. Returns whether
+    the child reached the point (else it finished or died on its own)."""
+    parent, child = CTX.Pipe()
+    proc = CTX.Process(target=target, args=args, kwargs={"conn": child})
+    proc.start()
+    child.close()
+    reached = False
+    try:
+        if parent.poll(WAIT):
+            with contextlib.suppress(EOFError):
+                reached = parent.recv() == point
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(_pid(proc), signal.SIGKILL)
+        proc.join(timeout=WAIT)
+    return reached
+
+
+@contextlib.contextmanager
+def _pool() -> Iterator[Any]:
+    with CTX.Pool(1) as pool:
+        yield pool
+
+
+def _cell(env: CheckEnv, layer: str, fault: str, prop: str, ok: bool,
+          counts: dict[str, int], summary: str) -> CellResult:
+    return CellResult(FRAMEWORK, layer, fault, prop, verdict(ok), counts, summary)
+
+
+def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    calls = reruns = finished = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("kill-after-effect")
+        ledger = d / "ledger"
+        run_id = env.new_id("order")
+        _crash(run_order, (lay, str(d), run_id, str(ledger), "after-effect"), "after-effect")
+        with _pool() as pool:
+            got = pool.apply(recover, (lay, str(d), run_id, str(ledger)))
+        entries = lines(ledger)
+        calls += count(entries, "effect charge")
+        reruns += count(entries, "enter A") - 1
+        finished += got[0] == "ok" and got[1] == CLEAN[0]
+    n = env.reps
+    return [
+        _cell(env, layer, "kill-after-effect", "EO", calls == n and finished == n,
+              {"effect_calls": calls, "finished": finished, "reps": n},
+              f"charge fired {calls} times in {n} reps; {finished} of {n} runs finished"),
+        _cell(env, layer, "kill-after-effect", "PC", finished == n and reruns == 0,
+              {"finished": finished, "completed_node_reruns": reruns, "reps": n},
+              f"run resumed in {finished} of {n} reps; completed nodes re-ran {reruns} times"),
+    ]
+
+
+def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    intact = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("kill-between-steps")
+        ledger = d / "ledger"
+        run_id = env.new_id("gap")
+        _crash(run_order, (lay, str(d), run_id, str(ledger), "gap"), "gap")
+        with _pool() as pool:
+            got = pool.apply(recover, (lay, str(d), run_id, str(ledger)))
+        entries = lines(ledger)
+        intact += (got[0] == "ok" and got[1] == CLEAN[0]
+                   and count(entries, "effect charge") == 1 and count(entries, "enter A") == 1)
+    n = env.reps
+    return [_cell(env, layer, "kill-between-steps", "PC", intact == n,
+                  {"recovered_intact": intact, "reps": n},
+                  f"recovered with no state lost in {intact} of {n} reps")]
+
+
+def kill_during_write(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    lost = wedged = 0
+    for rep in range(env.reps):
+        d = env.fresh_dir("kill-during-write")
+        run_id = env.new_id("bulk")
+        parent, child = CTX.Pipe()
+        proc = CTX.Process(target=bulk_writer, args=(lay, str(d), run_id),
+                           kwargs={"conn": child})
+        proc.start()
+        child.close()
+        target = 3 + rep  # kill as the (3+rep)-th snapshot write starts
+        seen = 0
+        try:
+            while seen < target and parent.poll(WAIT):
+                with contextlib.suppress(EOFError):
+                    parent.recv()
+                seen += 1
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(_pid(proc), signal.SIGKILL)
+            proc.join(timeout=WAIT)
+        with _pool() as pool:
+            history = pool.apply(load_history, (lay, str(d), run_id, "bulk"))
+            lost += history[0] != "ok" or history[1] == 0
+            resumed = pool.apply_async(recover, (lay, str(d), run_id, "", "bulk"))
+            try:
+                got = resumed.get(timeout=WAIT)
+                wedged += got[0] != "ok"
+            except mp.TimeoutError:
+                wedged += 1
+    n = env.reps
+    return [
+        _cell(env, layer, "kill-during-write", "PC", lost == 0,
+              {"history_lost": lost, "reps": n},
+              f"history unloadable or empty after the kill in {lost} of {n} reps"),
+        _cell(env, layer, "kill-during-write", "LV", wedged == 0,
+              {"not_resumable": wedged, "reps": n},
+              f"the run could not be resumed afterwards in {wedged} of {n} reps"),
+    ]
+
+
+def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    """k processes deliver an answer to one parked run at once, with the documented
+    human-in-the-loop pattern (load_next, else start a new run)."""
+    lay: Layer = (factory, env.store_url)
+    evaluated = accepted = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("k-resumes")
+        ledger = d / "ledger"
+        run_id = env.new_id("question")
+        with _pool() as pool:
+            pool.apply(deliver_answer, (lay, str(d), run_id, str(ledger), ""))
+        barrier = CTX.Barrier(env.k)
+        results = CTX.Queue()
+        procs = [CTX.Process(target=answer_racer,
+                             args=(lay, str(d), run_id, str(ledger), f"v{i}", barrier, results))
+                 for i in range(env.k)]
+        for p in procs:
+            p.start()
+        outcomes = [results.get(timeout=WAIT * 2) for _ in procs]
+        for p in procs:
+            p.join(timeout=WAIT)
+        evaluated += count(lines(ledger), "enter Evaluate")
+        accepted += sum(o != "conflict" for o in outcomes)
+    n = env.reps
+    return [_cell(env, layer, "k-resumes", "CO-k", evaluated == n and accepted == n,
+                  {"evaluations": evaluated, "deliveries_accepted": accepted, "k": env.k,
+                   "reps": n},
+                  f"{env.k} racing deliveries: evaluated {evaluated} times in {n} reps, "
+                  f"{accepted} accepted without an error")]
+
+
+def second_resume(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    """A late second delivery, after the first finished: refused, or silently taken?"""
+    lay: Layer = (factory, env.store_url)
+    taken = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("second-resume")
+        ledger = d / "ledger"
+        run_id = env.new_id("question")
+        outcomes = []
+        for answer in ("", "first", "second"):
+            with _pool() as pool:
+                outcomes.append(pool.apply(deliver_answer,
+                                           (lay, str(d), run_id, str(ledger), answer)))
+        taken += outcomes[2] != "conflict"
+    n = env.reps
+    return [_cell(env, layer, "second-resume", "CO", taken == 0,
+                  {"late_deliveries_accepted": taken, "reps": n},
+                  f"a late second delivery was accepted without an error in {taken} of {n} "
+                  "reps")]
+
+
+def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    persisted = unloadable = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("invalid-state")
+        ledger = d / "ledger"
+        run_id = env.new_id("cv")
+        with _pool() as pool:
+            with contextlib.suppress(Exception):
+                pool.apply(run_order, (lay, str(d), run_id, str(ledger), "invalid"))
+            history = pool.apply(load_history, (lay, str(d), run_id))
+        if history[0] != "ok":
+            unloadable += 1
+            persisted += 1
+        elif any("eleven" in s for s in history[2]):
+            persisted += 1
+    n = env.reps
+    return [_cell(env, layer, "invalid-state", "CV", persisted == 0,
+                  {"invalid_persisted": persisted, "history_unloadable": unloadable, "reps": n},
+                  f"invalid state stored in {persisted} of {n} reps; history unloadable in "
+                  f"{unloadable}")]
+
+
+def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    same = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("fork-twice")
+        ledger = d / "ledger"
+        source = env.new_id("source")
+        _crash(run_order, (lay, str(d), source, str(ledger), "c-created"), "c-created")
+        with _pool() as pool:
+            a = pool.apply(fork_and_finish, (lay, str(d), source, env.new_id("fork-a"),
+                                             str(ledger), layer == "remit"))
+            b = pool.apply(fork_and_finish, (lay, str(d), source, env.new_id("fork-b"),
+                                             str(ledger), layer == "remit"))
+        same += a == b
+    n = env.reps
+    return [_cell(env, layer, "fork-twice", "FI/FD", same == n,
+                  {"forks_equal": same, "reps": n},
+                  f"two forks of one snapshot had the same ids and state in {same} of {n} reps")]
+
+
+def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    same = 0
+    lay: Layer = (factory, None)  # copies need a file store: SQLite for remit
+    for _ in range(env.reps):
+        d = env.fresh_dir("recover-twice")
+        ledger = d / "ledger"
+        run_id = env.new_id("rd")
+        _crash(run_order, (lay, str(d), run_id, str(ledger), "c-created"), "c-created")
+        copies = [d.with_name(d.name + f"-copy{i}") for i in (1, 2)]
+        for c in copies:
+            shutil.copytree(d, c)
+        got = []
+        for c in copies:
+            with _pool() as pool:
+                got.append(pool.apply(recover, (lay, str(c), run_id, str(ledger))))
+        same += got[0] == got[1] and got[0][0] == "ok"
+    n = env.reps
+    where = " (on SQLite copies)" if layer == "remit" else ""
+    return [_cell(env, layer, "recover-twice", "RD", same == n,
+                  {"recoveries_equal": same, "reps": n},
+                  f"two recoveries of one crash agreed on state and ids in {same} of {n} "
+                  f"reps{where}")]
+
+
+def scenarios() -> list[Scenario]:
+    return [
+        Scenario("kill-after-effect", ("EO", "PC"), kill_after_effect),
+        Scenario("kill-between-steps", ("PC",), kill_between_steps),
+        Scenario("kill-during-write", ("PC", "LV"), kill_during_write),
+        Scenario("k-resumes", ("CO-k",), k_resumes),
+        Scenario("second-resume", ("CO",), second_resume),
+        Scenario("invalid-state", ("CV",), invalid_state),
+        Scenario("fork-twice", ("FI/FD",), fork_twice),
+        Scenario("recover-twice", ("RD",), recover_twice),
+    ]
