@@ -7,6 +7,9 @@
 # PostgreSQL: 127.0.0.1:5432, trust auth, superuser roles root and postgres, database test.
 # Redis 7:    127.0.0.1:6379, started with --save "" --appendonly no (keeps nothing on disk).
 #
+# Chromium:   Debian's chromium, for the browser test of the `remit check` HTML report;
+#             installed only when REMIT_REQUIRE_SERVICES=1 (CI), where that test must run.
+#
 # Idempotent: a service that already answers is left alone ("up already").
 set -euo pipefail
 
@@ -237,6 +240,20 @@ redis_up_cmd() {
     log "redis: $how ($REDIS_HOST:$REDIS_PORT)"
 }
 
+# ------------------------------------------------------------------------------ chromium
+
+chromium_up_cmd() {
+    if command -v chromium >/dev/null 2>&1; then
+        log "chromium: installed already ($(command -v chromium))"
+    elif [ "${REMIT_REQUIRE_SERVICES:-}" = "1" ]; then
+        log "chromium: not installed; installing with apt-get ..." >&2
+        apt_install chromium
+        log "chromium: installed ($(command -v chromium))"
+    else
+        log "chromium: not installed (the browser test will be skipped)"
+    fi
+}
+
 # ------------------------------------------------------------------------------ main
 
 status() {
@@ -247,7 +264,7 @@ status() {
 }
 
 case "${1:-up}" in
-    up) postgres_up; redis_up_cmd ;;
+    up) postgres_up; redis_up_cmd; chromium_up_cmd ;;
     status) status ;;
     -h|--help|help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown subcommand '$1' (use: up, status)" ;;
