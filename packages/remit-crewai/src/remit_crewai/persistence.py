@@ -225,10 +225,8 @@ class RemitFlowPersistence(FlowPersistence):
         state = dump_state(state_data, flow_id=flow_uuid, step=step,
                            state_type=self._state_type(flow_uuid, run))
         epoch = run.epoch if run is not None else self.epoch(flow_uuid).number
-        self.store.put_checkpoint(
-            flow_uuid, self._state_id(flow_uuid, method_name, run), kind=STATE_KIND,
-            data={"state": state, "method": method_name, "epoch": epoch},
-            metadata={"method": method_name, "epoch": epoch, "step": step})
+        self._write(flow_uuid, self._state_id(flow_uuid, method_name, run), state=state,
+                    method=method_name, epoch=epoch, step=step)
 
     def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
         latest = self.store.get_checkpoint(flow_uuid, with_writes=False)
@@ -250,12 +248,9 @@ class RemitFlowPersistence(FlowPersistence):
         epoch = run.epoch if run is not None else self.epoch(flow_uuid).number
         pending_id = (derive_id(flow_uuid, f"crewai-pending/{step}") if run is not None
                       else _time_ordered_id())
-        self.store.put_checkpoint(
-            flow_uuid, pending_id, kind=PENDING_KIND,
-            data={"state": state, "context": context.to_dict(), "method": method,
-                  "epoch": epoch,
-                  "position": None if run is None else run.position()},
-            metadata={"method": method, "epoch": epoch, "step": step, "pending": True})
+        self._write(flow_uuid, pending_id, state=state, method=method, epoch=epoch, step=step,
+                    context=context.to_dict(),
+                    position=None if run is None else run.position())
 
     def load_pending_feedback(
         self, flow_uuid: str
@@ -345,6 +340,28 @@ class RemitFlowPersistence(FlowPersistence):
         return None if latest is None else latest.checkpoint_id
 
     # ------------------------------------------------------------------------------ helpers
+
+    def _write(self, flow_uuid: str, checkpoint_id: str, *, state: dict[str, Any], method: str,
+               epoch: int, step: str, context: dict[str, Any] | None = None,
+               position: dict[str, Any] | None = None,
+               extra: Mapping[str, Any] | None = None) -> None:
+        """The one write of a flow state (``save_state``, ``save_pending_feedback`` and
+        ``remit migrate crewai``): a ``crewai-state`` checkpoint, or with ``context`` (a
+        ``PendingFeedbackContext.to_dict()``) a ``crewai-pending`` one. ``state`` is
+        stored as given (the saves check it first; the import stores stock states as they
+        are); ``extra`` is added to the metadata."""
+        metadata: dict[str, Any] = {"method": method, "epoch": epoch, "step": step}
+        if context is None:
+            kind = STATE_KIND
+            data: dict[str, Any] = {"state": state, "method": method, "epoch": epoch}
+        else:
+            kind = PENDING_KIND
+            data = {"state": state, "context": context, "method": method, "epoch": epoch,
+                    "position": position}
+            metadata["pending"] = True
+        metadata.update(extra or {})
+        self.store.put_checkpoint(flow_uuid, checkpoint_id, kind=kind, data=data,
+                                  metadata=metadata)
 
     def _state_type(self, flow_uuid: str, run: Any) -> type[BaseModel] | None:
         if run is not None and run.state_type is not None:
