@@ -13,6 +13,7 @@ remit-core knows no framework. Each adapter ships a module
     FRAMEWORK: str                      # "langgraph", "crewai", "pydantic-graph"
     LAYERS: dict[str, str]              # layer name -> factory spec, "module:function"
     def scenarios() -> list[Scenario]   # the fault points it can produce
+    def layer_unavailable(layer) -> str | None   # optional: why a layer cannot run here
 
 A :class:`Scenario` runs one fault point on one layer, ``reps`` times, and
 returns one :class:`CellResult` per property it observes. The runner calls
@@ -211,10 +212,19 @@ def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None 
         if module is None:
             report.skipped[name] = reason
             continue
+        # optional: ``layer_unavailable(layer) -> str | None``, a one-line reason to skip
+        unavailable = getattr(module, "layer_unavailable", None)
+        runnable = []
+        for layer in layers:
+            why = unavailable(layer) if unavailable is not None else None
+            if why:
+                report.skipped[f"{name} ({layer})"] = why
+            else:
+                runnable.append(layer)
         for scenario in module.scenarios():
             if only and scenario.fault not in only:
                 continue
-            for layer in layers:
+            for layer in runnable:
                 plan.append((name, module, scenario, layer))
     bar = Progress(len(plan), progress)
     own_dir = workdir is None
@@ -231,7 +241,8 @@ def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None 
                 cells = scenario.run(env, layer, module.LAYERS[layer])
             except Exception as exc:  # a scenario that cannot run is an error cell, not a crash
                 cells = [CellResult(name, layer, scenario.fault, prop, "error", {},
-                                    f"could not run: {type(exc).__name__}: {exc}",
+                                    f"could not run: {type(exc).__name__}: "
+                                    f"{str(exc).splitlines()[0] if str(exc) else ''}",
                                     detail=traceback.format_exc())
                          for prop in scenario.properties]
             for cell in cells:

@@ -1,0 +1,905 @@
+"""``remit check`` for LangGraph: the resume contract's fault matrix, stock saver against remit.
+
+Every cell is measured by real runs of small LLM-free graphs in child processes:
+a child that must die at a chosen point tells the parent over its pipe that it
+got there and blocks, and the parent SIGKILLs it; k racers are released by a
+``multiprocessing.Barrier``; nothing waits on a sleep for synchronisation. The
+oracle is a ledger file per run: every node entry and every real call of an
+``@effect`` body appends one line (``O_APPEND`` + ``fsync``), so counts survive
+SIGKILL. Every run uses ``durability="sync"`` (the stock savers' safest mode).
+
+**The layer factory contract.** ``LAYERS[layer]`` names a factory
+``factory(directory: str) -> BaseCheckpointSaver`` (or a context manager that
+yields one, like the savers' ``from_conn_string``). Every call with the same
+directory, in any process, must open the same durable store; the scenarios call
+it in fresh child processes, never share a saver object, and tell runs apart by
+thread id. A factory that also accepts a keyword ``schema`` is given the graph's
+state type (the invalid-state scenario's pydantic model); one that does not
+gets no schema, and cannot refuse invalid state. The recover-twice scenario
+copies the files of the directory, so a factory must keep its store in the
+directory when :data:`~remit_core.check.STORE_ENV` is unset (that scenario
+unsets it).
+
+* ``stock``: :func:`stock_saver`, LangGraph's ``SqliteSaver`` on
+  ``<directory>/stock.db`` (``pip install 'remit-langgraph[check]'``).
+* ``remit``: :func:`remit_saver`, ``RemitSaver.from_conn_string(url)`` with the
+  store named by ``REMIT_CHECK_STORE`` (``remit check --store``), else
+  ``sqlite:///<directory>/remit.db``, and a 1 s lease so that LV is measured in
+  seconds.
+
+The pytest plugin (``pytest --remit-contract=module:factory``) runs these
+scenarios on any factory that keeps this contract.
+
+**The fault points** (one graph ``a -> b -> c``: ``b`` calls the effect ``pay``,
+parks on ``interrupt()``, and with the answer calls the gated effect ``charge``):
+
+* ``kill-after-effect`` (EO, PC, LV): SIGKILL inside ``b`` right after ``pay``
+  returned; ``invoke(None)`` in a fresh child. Then resume, SIGKILL the resumer
+  right after ``charge`` (it holds remit's claim), and ``invoke(None)`` from fresh
+  children until one finishes the run (remit: after the dead owner's lease).
+  EO counts effect calls (2 per rep is right), PC counts re-runs of ``a``, LV
+  whether the run finished with the claimed value.
+* ``kill-between-steps`` (PC): SIGKILL at the first line of ``c``, after ``b``'s
+  writes are stored; recover; does ``b`` run again?
+* ``k-resumes`` (CO-k): k children, released by a barrier, each resume the parked
+  run with their own value; how often does the code after ``interrupt()`` run?
+* ``second-resume`` (CO): after a resume finished, a second ``Command(resume=)``
+  from a fresh child: refused, or recorded silently?
+* ``invalid-state`` (CV): a node writes a string into an ``int`` field of a
+  pydantic state: is it stored, and can the thread still be read?
+* ``fork-twice`` (FI/FD): two children fork the same checkpoint with the same
+  input (``update_state`` with ``configurable["remit_fork"] = True``, the explicit
+  fork intent; a stock saver ignores the flag): same id and state? And does a
+  fork-addressed resume at an answered interrupt use its own value?
+* ``recover-twice`` (RD): crash as in kill-after-effect, copy the store files
+  twice, recover each copy in a fresh child, compare final state, node sequence,
+  effects and checkpoint ids. Always on SQLite files (copies need a file store),
+  also under ``--store``.
+
+``kill-during-write`` is not measured for LangGraph: the stock ``SqliteSaver``
+stores a checkpoint with one ``INSERT OR REPLACE`` and a step's writes with one
+``executemany`` inside SQLite's own transaction, so a child has no point inside a
+write at which it could report "I am mid-write" without patching SQLite or the
+saver (then it is no longer the stock layer), and a SIGKILL at an unreported
+moment is not a repeatable cell.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import inspect
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import threading
+import time
+import traceback
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, TypedDict
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+from pydantic import BaseModel
+
+from remit_core import effect
+from remit_core.check import STORE_ENV, CellResult, CheckEnv, Scenario, load_factory, verdict
+
+FRAMEWORK = "langgraph"
+LAYERS = {"stock": "remit_langgraph.check:stock_saver",
+          "remit": "remit_langgraph.check:remit_saver"}
+LEASE = 1.0
+"""The remit layer's lease (seconds): how long a dead owner's claim blocks recovery."""
+WAIT = 90.0
+"""Seconds a child may take to answer one command before the scenario gives up."""
+RECOVER_WAIT = 90.0
+"""Seconds recovery keeps retrying while a dead owner's claim is live (LV)."""
+STOCK_MISSING = ("langgraph-checkpoint-sqlite is not installed "
+                 "(pip install 'remit-langgraph[check]')")
+
+
+# ============================================================================== factories
+
+
+def stock_saver(directory: str) -> Any:
+    """LangGraph's own ``SqliteSaver`` on ``<directory>/stock.db``."""
+    try:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+    except ImportError as exc:
+        raise RuntimeError(STOCK_MISSING) from exc
+    return SqliteSaver.from_conn_string(os.path.join(directory, "stock.db"))
+
+
+def remit_saver(directory: str, schema: Any = None) -> Any:
+    """``RemitSaver`` on ``REMIT_CHECK_STORE``, else on ``<directory>/remit.db``."""
+    from remit_langgraph import RemitSaver
+
+    url = os.environ.get(STORE_ENV) or f"sqlite:///{directory}/remit.db"
+    return RemitSaver.from_conn_string(url, schema=schema, lease=LEASE)
+
+
+def layer_unavailable(layer: str) -> str | None:
+    """A one-line reason when a layer cannot run here (the stock layer's package)."""
+    if layer == "stock":
+        import importlib.util
+
+        if importlib.util.find_spec("langgraph.checkpoint.sqlite") is None:
+            return STOCK_MISSING
+    return None
+
+
+# ================================================================================= graphs
+
+
+def note(ledger: str, line: str) -> None:
+    """The oracle: one line per node entry and per real effect call, durable at once."""
+    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def lines(ledger: Path) -> list[str]:
+    try:
+        return ledger.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def count(entries: list[str], prefix: str) -> int:
+    return sum(e.startswith(prefix) for e in entries)
+
+
+class State(TypedDict):
+    x: int
+    log: str
+
+
+class Account(BaseModel):
+    """The invalid-state scenario's schema."""
+
+    x: int
+    log: str = ""
+
+
+BAD = "not a number"
+"""What the invalid-state scenario's node writes into ``Account.x``."""
+
+Hold = Callable[[str], None]
+
+
+def _no_hold(point: str) -> None:
+    return None
+
+
+def flow_graph(ledger: str, *, ask: bool = True, hold: Hold = _no_hold) -> Any:
+    """a -> b -> c. ``b`` calls ``pay``; with ``ask`` it then parks on ``interrupt()`` and
+    calls ``charge`` with the answer. Effects return a fresh transaction id, as a real
+    payment provider would. ``hold(point)`` marks the kill points."""
+
+    @effect(name="remit-check-pay")
+    def pay(x: int) -> str:
+        note(ledger, f"effect pay {x}")
+        return f"pay-{x}-{uuid.uuid4().hex[:8]}"
+
+    @effect(name="remit-check-charge")
+    def charge(answer: int) -> str:
+        note(ledger, f"effect charge {answer}")
+        return f"charge-{answer}-{uuid.uuid4().hex[:8]}"
+
+    def a(s: State) -> dict[str, Any]:
+        note(ledger, "enter a")
+        return {"x": s["x"] + 1}
+
+    def b(s: State) -> dict[str, Any]:
+        note(ledger, "enter b")
+        paid = pay(s["x"])
+        hold("after-pay")
+        if not ask:
+            return {"log": paid}
+        answer = interrupt("approve?")
+        note(ledger, f"after-interrupt b {answer}")
+        txn = charge(int(answer))
+        hold("after-charge")
+        return {"x": s["x"] + int(answer), "log": f"{paid},{txn}"}
+
+    def c(s: State) -> dict[str, Any]:
+        note(ledger, "enter c")
+        hold("start-c")
+        return {"log": s["log"] + "!"}
+
+    g: Any = StateGraph(State)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_node("c", c)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", "c")
+    g.add_edge("c", END)
+    return g
+
+
+def cv_graph(ledger: str, *, hold: Hold = _no_hold) -> Any:
+    """ok -> bad (writes a string into the int field) -> c, on a pydantic state."""
+
+    def ok(s: Account) -> dict[str, Any]:
+        note(ledger, "enter ok")
+        return {"x": s.x + 1}
+
+    def bad(s: Account) -> dict[str, Any]:
+        note(ledger, "enter bad")
+        return {"x": BAD}
+
+    def c(s: Account) -> dict[str, Any]:
+        note(ledger, "enter c")
+        return {"log": "done"}
+
+    g: Any = StateGraph(Account)
+    g.add_node("ok", ok)
+    g.add_node("bad", bad)
+    g.add_node("c", c)
+    g.add_edge(START, "ok")
+    g.add_edge("ok", "bad")
+    g.add_edge("bad", "c")
+    g.add_edge("c", END)
+    return g
+
+
+def fork_graph(ledger: str, *, hold: Hold = _no_hold) -> Any:
+    """a (x+1) -> b (x*2)."""
+
+    def a(s: State) -> dict[str, Any]:
+        note(ledger, "enter a")
+        return {"x": s["x"] + 1}
+
+    def b(s: State) -> dict[str, Any]:
+        note(ledger, "enter b")
+        return {"x": s["x"] * 2}
+
+    g: Any = StateGraph(State)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    return g
+
+
+GRAPHS: dict[str, Callable[..., Any]] = {
+    "flow": flow_graph,
+    "straight": lambda ledger, hold=_no_hold: flow_graph(ledger, ask=False, hold=hold),
+    "cv": cv_graph,
+    "fork": fork_graph,
+}
+INPUTS: dict[str, dict[str, Any]] = {
+    "flow": {"x": 1, "log": ""}, "straight": {"x": 1, "log": ""},
+    "cv": {"x": 1, "log": ""}, "fork": {"x": 1, "log": ""},
+}
+SCHEMAS: dict[str, Any] = {"cv": Account}
+
+
+# ========================================================================== child bodies
+
+
+Layer = tuple[str, str | None]
+"""(factory spec, the value of REMIT_CHECK_STORE for the child, or None to unset it)."""
+
+
+@contextlib.contextmanager
+def open_layer(layer: Layer, directory: str, schema: Any = None) -> Iterator[Any]:
+    """The layer's saver in this process. The store URL travels as an argument: a fork
+    server's children see the environment of its start, not the parent's current one."""
+    spec, store = layer
+    if store is None:
+        os.environ.pop(STORE_ENV, None)
+    else:
+        os.environ[STORE_ENV] = store
+    factory = load_factory(spec)
+    kwargs: dict[str, Any] = {}
+    if schema is not None and _accepts(factory, "schema"):
+        kwargs["schema"] = schema
+    made = factory(directory, **kwargs)
+    if isinstance(made, BaseCheckpointSaver):
+        yield made
+    elif hasattr(made, "__enter__"):
+        with made as saver:
+            yield saver
+    else:
+        raise TypeError(f"{spec} returned {type(made).__name__}, not a BaseCheckpointSaver "
+                        "or a context manager yielding one")
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def cfg_of(thread: str, checkpoint_id: str | None = None, fork: bool = False) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread}
+    if checkpoint_id is not None:
+        conf["checkpoint_ns"] = ""
+        conf["checkpoint_id"] = checkpoint_id
+    if fork:
+        conf["remit_fork"] = True
+    return {"configurable": conf}
+
+
+def _input(kind: str, inp: tuple[Any, ...]) -> Any:
+    if inp[0] == "start":
+        return INPUTS[kind]
+    if inp[0] == "resume":
+        return Command(resume=inp[1])
+    return None
+
+
+def _invoke(app: Any, inp: Any, cfg: dict[str, Any]) -> dict[str, Any]:
+    try:
+        out = app.invoke(inp, cfg, durability="sync")
+    except Exception as exc:
+        return {"outcome": type(exc).__name__, "message": str(exc)[:300],
+                "status": getattr(exc, "status", None)}
+    values = dict(out) if isinstance(out, dict) else {}
+    parked = values.pop("__interrupt__", None) is not None
+    return {"outcome": "ok", "values": _plain(values), "parked": parked}
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v if isinstance(v, int | str | float | bool | None) else repr(v)
+            for k, v in values.items()}
+
+
+def run(ctl: Connection, barrier: Any, layer: Layer, directory: str, kind: str, thread: str,
+        ledger: str, inp: tuple[Any, ...], hold_at: str | None = None,
+        checkpoint_id: str | None = None, fork: bool = False) -> dict[str, Any]:
+    """Run (``("start",)``), resume (``("resume", v)``) or continue (``("none",)``) a
+    thread. ``hold_at``: report that point to the parent and block there until killed."""
+
+    def hold(point: str) -> None:
+        if point == hold_at:
+            ctl.send(("reached", point))
+            threading.Event().wait()
+
+    with open_layer(layer, directory, SCHEMAS.get(kind)) as saver:
+        app = GRAPHS[kind](ledger, hold=hold).compile(checkpointer=saver)
+        return _invoke(app, _input(kind, inp), cfg_of(thread, checkpoint_id, fork))
+
+
+def race(ctl: Connection, barrier: Any, layer: Layer, directory: str, kind: str, thread: str,
+         ledger: str, value: Any) -> dict[str, Any]:
+    """Open the layer and read the thread (connections are up), wait at the barrier with
+    the other racers, then resume with ``value``."""
+    with open_layer(layer, directory) as saver:
+        app = GRAPHS[kind](ledger).compile(checkpointer=saver)
+        cfg = cfg_of(thread)
+        app.get_state(cfg)
+        barrier.wait(timeout=WAIT)
+        return _invoke(app, Command(resume=value), cfg)
+
+
+def inspect_thread(ctl: Connection, barrier: Any, layer: Layer, directory: str, kind: str,
+                   thread: str) -> dict[str, Any]:
+    """What the store holds for a thread: the state (or why it cannot be read), the
+    checkpoints (newest first, with their next nodes), stored resume values, and how
+    many stored checkpoints or writes hold the invalid-state scenario's bad value."""
+    with open_layer(layer, directory, SCHEMAS.get(kind)) as saver:
+        app = GRAPHS[kind](os.devnull).compile(checkpointer=saver)
+        cfg = cfg_of(thread)
+        out: dict[str, Any] = {}
+        try:
+            state = app.get_state(cfg)
+            out["values"] = _plain(dict(state.values))
+            out["next"] = list(state.next)
+            out["checkpoint_id"] = state.config["configurable"]["checkpoint_id"]
+        except Exception as exc:
+            out["unreadable"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        tuples = list(saver.list(cfg))
+        out["ids"] = [t.config["configurable"]["checkpoint_id"] for t in tuples]
+        out["resumes"] = [repr(v) for t in tuples for (_, ch, v) in t.pending_writes or []
+                          if ch == "__resume__"]
+        out["bad_stored"] = sum(
+            BAD in repr(t.checkpoint.get("channel_values", {}))
+            or any(BAD in repr(v) for (_, _, v) in t.pending_writes or [])
+            for t in tuples)
+        history: list[tuple[str, list[str]]] = []
+        with contextlib.suppress(Exception):
+            history = [(h.config["configurable"]["checkpoint_id"], list(h.next))
+                       for h in app.get_state_history(cfg)]
+        out["history"] = history
+        return out
+
+
+def fork_at(ctl: Connection, barrier: Any, layer: Layer, directory: str, thread: str,
+            checkpoint_id: str, value: int) -> dict[str, Any]:
+    """Fork the fork graph's thread at ``checkpoint_id``: ``update_state`` as node a with
+    ``x=value``, flagged as a fork. Returns the new checkpoint id and its state."""
+    with open_layer(layer, directory) as saver:
+        app = fork_graph(os.devnull).compile(checkpointer=saver)
+        new = app.update_state(cfg_of(thread, checkpoint_id, fork=True), {"x": value},
+                               as_node="a")
+        state = app.get_state(new)
+        return {"id": new["configurable"]["checkpoint_id"], "values": _plain(dict(state.values)),
+                "next": list(state.next)}
+
+
+COMMANDS: dict[str, Callable[..., Any]] = {
+    f.__name__: f for f in (run, race, inspect_thread, fork_at)
+}
+
+
+def _serve(conn: Connection, barrier: Any) -> None:
+    """A worker: run commands from the parent until told to stop (or killed)."""
+    warnings.filterwarnings("ignore")
+    logging.getLogger("remit").addHandler(logging.NullHandler())  # the cells carry the facts
+    logging.getLogger("remit").propagate = False
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        name, kwargs = msg
+        try:
+            conn.send(("ok", COMMANDS[name](conn, barrier, **kwargs)))
+        except Exception as exc:
+            conn.send(("raised", type(exc).__name__, str(exc)[:500], traceback.format_exc()))
+
+
+# ============================================================================== the parent
+
+
+class ChildError(RuntimeError):
+    """A child could not do what the scenario needs (the cell becomes an error)."""
+
+    @classmethod
+    def of(cls, msg: tuple[Any, ...]) -> ChildError:
+        """From a ``("raised", type, message, traceback)`` reply; the child's traceback
+        goes into a note (it shows in the cell's detail, not in its summary)."""
+        err = cls(f"{msg[1]}: {msg[2]}")
+        err.add_note(f"in the child:\n{msg[3]}")
+        return err
+
+
+class Worker:
+    """A long-lived child process that serves commands over a pipe."""
+
+    def __init__(self, ctx: Any, barrier: Any) -> None:
+        self.conn, theirs = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(theirs, barrier), daemon=True)
+        self.proc.start()
+        theirs.close()
+        self.pid: int = self.proc.pid
+
+    def send(self, name: str, **kwargs: Any) -> None:
+        self.conn.send((name, kwargs))
+
+    def reply(self, timeout: float = WAIT) -> tuple[Any, ...]:
+        deadline = time.monotonic() + timeout
+        while not self.conn.poll(0.25):
+            if not self.proc.is_alive():
+                raise ChildError(f"worker {self.pid} died (exit code {self.proc.exitcode})")
+            if time.monotonic() > deadline:
+                raise ChildError(f"worker {self.pid} did not answer within {timeout:.0f} s")
+        try:
+            msg: tuple[Any, ...] = self.conn.recv()
+        except EOFError as exc:
+            raise ChildError(f"worker {self.pid} closed its pipe") from exc
+        return msg
+
+    def result(self, timeout: float = WAIT) -> Any:
+        msg = self.reply(timeout)
+        if msg[0] == "raised":
+            raise ChildError.of(msg)
+        if msg[0] != "ok":
+            raise ChildError(f"worker {self.pid}: unexpected message {msg[0]!r}")
+        return msg[1]
+
+    def call(self, name: str, **kwargs: Any) -> Any:
+        self.send(name, **kwargs)
+        return self.result()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        self.proc.join(timeout=WAIT)
+        self.conn.close()
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(None)
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.kill()
+
+
+class Pool:
+    """k+1 workers forked by the fork server (which imported only what this module
+    imports, and started no thread), reused across scenarios; a killed worker is
+    replaced by a fresh process."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.ctx = _context()
+        self.barrier = self.ctx.Barrier(k)
+        self.workers = [Worker(self.ctx, self.barrier) for _ in range(k + 1)]
+        self._turn = 0
+
+    def next(self) -> Worker:
+        """The next worker, round robin: consecutive steps run in different processes."""
+        self._turn = (self._turn + 1) % len(self.workers)
+        return self.workers[self._turn]
+
+    def fresh(self, dead: Worker) -> Worker:
+        """Replace a killed worker with a new process, and return it."""
+        i = self.workers.index(dead)
+        self.workers[i] = Worker(self.ctx, self.barrier)
+        self._turn = i
+        return self.workers[i]
+
+    def crash(self, hold_at: str, **kwargs: Any) -> tuple[Worker, dict[str, Any] | None]:
+        """Run ``run(**kwargs, hold_at=...)`` in a worker; SIGKILL it when it reports the
+        point. Returns a fresh worker in its place, and the run's result when the point
+        was never reached (then nothing was killed)."""
+        w = self.next()
+        w.send("run", hold_at=hold_at, **kwargs)
+        msg = w.reply()
+        if msg[0] == "reached":
+            w.kill()
+            return self.fresh(w), None
+        if msg[0] == "raised":
+            raise ChildError.of(msg)
+        return w, msg[1]
+
+    def race(self, values: list[Any], **kwargs: Any) -> list[dict[str, Any]]:
+        """One ``race`` command per value, in k different workers, released together."""
+        self.barrier.reset()
+        racers = self.workers[:len(values)]
+        for w, v in zip(racers, values, strict=True):
+            w.send("race", value=v, **kwargs)
+        return [w.result() for w in racers]
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.workers = []
+
+
+_POOL: Pool | None = None
+
+
+def _context() -> Any:
+    """The forkserver context, with this module preloaded in the fork server (added to
+    what other adapters' check modules asked for, so one server serves them all)."""
+    ctx = multiprocessing.get_context("forkserver")
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    current = [m for m in getattr(server, "_preload_modules", None) or [] if m != "__main__"]
+    if __name__ not in current:
+        ctx.set_forkserver_preload([*current, __name__])
+    return ctx
+
+
+def pool(k: int) -> Pool:
+    global _POOL
+    if _POOL is not None and (_POOL.k != k or not all(w.proc.is_alive() for w in _POOL.workers)):
+        _POOL.close()
+        _POOL = None
+    if _POOL is None:
+        _POOL = Pool(k)
+    return _POOL
+
+
+@atexit.register
+def _close_pool() -> None:
+    global _POOL
+    if _POOL is not None:
+        _POOL.close()
+        _POOL = None
+
+
+# ============================================================================== scenarios
+
+
+class Run:
+    """One scenario on one layer: its directory, the layer as children see it, the pool."""
+
+    def __init__(self, env: CheckEnv, layer: str, factory: str, fault: str, *,
+                 file_store: bool = False) -> None:
+        self.env = env
+        self.layer = layer
+        self.fault = fault
+        self.dir = env.fresh_dir(fault)
+        self.lay: Layer = (factory, None if file_store else os.environ.get(STORE_ENV))
+        self.pool = pool(env.k)
+
+    def args(self, kind: str, thread: str, directory: Path | None = None) -> dict[str, Any]:
+        d = self.dir if directory is None else directory
+        return {"layer": self.lay, "directory": str(d), "kind": kind, "thread": thread,
+                "ledger": str(d / f"{thread}.ledger")}
+
+    def ledger(self, thread: str) -> Path:
+        return self.dir / f"{thread}.ledger"
+
+    def cell(self, prop: str, ok: bool, counts: dict[str, int], summary: str,
+             detail: str = "") -> CellResult:
+        return CellResult(FRAMEWORK, self.layer, self.fault, prop, verdict(ok), counts,
+                          summary, detail=detail)
+
+
+def _recover(r: Run, w: Worker, kind: str, thread: str) -> tuple[dict[str, Any], int]:
+    """``invoke(None)`` in fresh children until the run goes on; a live claim of a dead
+    owner answers ConsumeConflict until its lease runs out. Returns the last outcome and
+    how many attempts were refused."""
+    deadline = time.monotonic() + RECOVER_WAIT
+    refused = 0
+    while True:
+        out: dict[str, Any] = w.call("run", inp=("none",), **r.args(kind, thread))
+        if out["outcome"] != "ConsumeConflict" or time.monotonic() > deadline:
+            return out, refused
+        refused += 1
+        time.sleep(0.1)  # polling for the dead owner's lease to run out, not a handshake
+        w = r.pool.next()
+
+
+def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    r = Run(env, layer, factory, "kill-after-effect")
+    calls = reruns = finished = claimed_value = refused = not_reached = 0
+    notes: list[str] = []
+    for rep in range(env.reps):
+        thread = env.new_id("eo")
+        value = 7 + rep
+        args = r.args("flow", thread)
+        # 1. SIGKILL inside b, right after pay returned; 2. invoke(None) in a fresh child
+        w, early = r.pool.crash("after-pay", inp=("start",), **args)
+        not_reached += early is not None
+        parked = w.call("run", inp=("none",), **args)
+        if not parked.get("parked"):
+            notes.append(f"rep {rep}: recovery did not park again: {parked}")
+        # 3. resume; SIGKILL the resumer right after charge; 4. recover from fresh children
+        w, early = r.pool.crash("after-charge", inp=("resume", value), **args)
+        not_reached += early is not None
+        out, n_refused = _recover(r, w, "flow", thread)
+        refused += n_refused
+        entries = lines(r.ledger(thread))
+        calls += count(entries, "effect ")
+        reruns += count(entries, "enter a") - 1
+        done = out["outcome"] == "ok" and not out.get("parked")
+        finished += done
+        claimed_value += done and out["values"].get("x") == 2 + value
+        if not done:
+            notes.append(f"rep {rep}: recovery ended with {out}")
+    n = env.reps
+    detail = "\n".join(notes)
+    if not_reached:
+        detail += f"\n{not_reached} kill points were not reached"
+    return [
+        r.cell("EO", calls == 2 * n and not_reached == 0,
+               {"effect_calls": calls, "effect_calls_declared": 2 * n, "kills": 2 * n,
+                "reps": n},
+               f"2 effects fired {calls} times over {2 * n} kills in {n} reps", detail),
+        r.cell("PC", reruns == 0 and finished == n,
+               {"completed_node_reruns": reruns, "finished": finished, "reps": n},
+               f"completed node a re-ran {reruns} times; {finished} of {n} runs finished",
+               detail),
+        r.cell("LV", claimed_value == n,
+               {"finished_with_claimed_value": claimed_value, "recoveries_refused": refused,
+                "reps": n},
+               f"resumer killed holding the resume: finished with its value in "
+               f"{claimed_value} of {n} reps ({refused} tries refused while its lease ran)",
+               detail),
+    ]
+
+
+def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    r = Run(env, layer, factory, "kill-between-steps")
+    reruns = finished = not_reached = 0
+    notes: list[str] = []
+    for rep in range(env.reps):
+        thread = env.new_id("pc")
+        value = 5 + rep
+        args = r.args("flow", thread)
+        r.pool.next().call("run", inp=("start",), **args)
+        w, early = r.pool.crash("start-c", inp=("resume", value), **args)
+        not_reached += early is not None
+        out, _ = _recover(r, w, "flow", thread)
+        entries = lines(r.ledger(thread))
+        # b's part after interrupt() and a are completed work once c has started
+        reruns += count(entries, "after-interrupt b") - 1 + count(entries, "enter a") - 1
+        done = (out["outcome"] == "ok" and not out.get("parked")
+                and out["values"].get("x") == 2 + value)
+        finished += done
+        if not done:
+            notes.append(f"rep {rep}: recovery ended with {out}")
+    n = env.reps
+    return [r.cell("PC", reruns == 0 and finished == n and not_reached == 0,
+                   {"completed_step_reruns": reruns, "finished": finished, "reps": n},
+                   f"killed at the start of c: completed steps re-ran {reruns} times; "
+                   f"{finished} of {n} runs finished", "\n".join(notes))]
+
+
+def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    r = Run(env, layer, factory, "k-resumes")
+    k = env.k
+    proceeded = gated = accepted = errors = 0
+    per_rep: list[int] = []
+    notes: list[str] = []
+    for rep in range(env.reps):
+        thread = env.new_id("co-k")
+        args = r.args("flow", thread)
+        r.pool.next().call("run", inp=("start",), **args)
+        outs = r.pool.race([100 + i for i in range(k)], **args)
+        entries = lines(r.ledger(thread))
+        ran = count(entries, "after-interrupt b")
+        proceeded += ran
+        fired = count(entries, "effect charge")
+        gated += fired
+        per_rep.append(fired)
+        accepted += sum(o["outcome"] == "ok" for o in outs)
+        odd = [o for o in outs if o["outcome"] not in ("ok", "ConsumeConflict")]
+        errors += len(odd)
+        notes.extend(f"rep {rep}: {o['outcome']}: {o.get('message')}" for o in odd)
+    n = env.reps
+    return [r.cell("CO-k", gated == n and proceeded == n and accepted == n,
+                   {"gated_effect_calls": gated, "after_interrupt_runs": proceeded,
+                    "resumes_accepted": accepted, "other_errors": errors, "k": k, "reps": n},
+                   f"{k} racing resumes: gated effect fired {gated} times in {n} reps "
+                   f"({', '.join(map(str, per_rep))}); {accepted} accepted",
+                   "\n".join(notes))]
+
+
+def second_resume(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    r = Run(env, layer, factory, "second-resume")
+    refused = recorded = extra = 0
+    for rep in range(env.reps):
+        thread = env.new_id("co")
+        args = r.args("flow", thread)
+        r.pool.next().call("run", inp=("start",), **args)
+        first = r.pool.next().call("run", inp=("resume", 1), **args)
+        if first["outcome"] != "ok":
+            raise ChildError(f"the first resume failed: {first}")
+        late = 900 + rep
+        second = r.pool.next().call("run", inp=("resume", late), **args)
+        refused += second["outcome"] == "ConsumeConflict"
+        seen = r.pool.next().call("inspect_thread", layer=r.lay, directory=str(r.dir),
+                                  kind="flow", thread=thread)
+        recorded += any(str(late) in v for v in seen["resumes"])
+        entries = lines(r.ledger(thread))
+        extra += count(entries, "after-interrupt b") - 1 + count(entries, "effect charge") - 1
+    n = env.reps
+    return [r.cell("CO", refused == n and recorded == 0 and extra == 0,
+                   {"second_resumes_refused": refused, "second_values_stored": recorded,
+                    "extra_runs": extra, "reps": n},
+                   f"second resume refused in {refused} of {n} reps; stored silently in "
+                   f"{recorded}")]
+
+
+def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    r = Run(env, layer, factory, "invalid-state")
+    refused = stored = unreadable = 0
+    raised: set[str] = set()
+    for _ in range(env.reps):
+        thread = env.new_id("cv")
+        out = r.pool.next().call("run", inp=("start",), **r.args("cv", thread))
+        refused += out["outcome"] == "StateValidationError"
+        raised.add(out["outcome"])
+        seen = r.pool.next().call("inspect_thread", layer=r.lay, directory=str(r.dir),
+                                  kind="cv", thread=thread)
+        stored += seen["bad_stored"] > 0
+        unreadable += "unreadable" in seen or seen.get("values", {}).get("x") != 2
+    n = env.reps
+    return [r.cell("CV", refused == n and stored == 0 and unreadable == 0,
+                   {"refused": refused, "invalid_stored": stored, "thread_unreadable": unreadable,
+                    "reps": n},
+                   f"invalid write stored in {stored} of {n} reps, refused in {refused}; "
+                   f"thread unreadable in {unreadable}",
+                   "the run ended with: " + ", ".join(sorted(raised)))]
+
+
+def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    r = Run(env, layer, factory, "fork-twice")
+    same_id = same_state = own_value = 0
+    notes: list[str] = []
+    for rep in range(env.reps):
+        # FD 1: two children fork the same checkpoint with the same input
+        thread = env.new_id("fd")
+        args = r.args("fork", thread)
+        r.pool.next().call("run", inp=("start",), **args)
+        seen = r.pool.next().call("inspect_thread", layer=r.lay, directory=str(r.dir),
+                                  kind="fork", thread=thread)
+        after_a = [cid for cid, nxt in seen["history"] if nxt == ["b"]]
+        if len(after_a) != 1:
+            raise ChildError(f"expected one checkpoint before b, found {seen['history']}")
+        forks = [r.pool.next().call("fork_at", layer=r.lay, directory=str(r.dir),
+                                    thread=thread, checkpoint_id=after_a[0], value=42)
+                 for _ in range(2)]
+        same_id += forks[0]["id"] == forks[1]["id"]
+        same_state += forks[0]["values"] == forks[1]["values"] == {"x": 42, "log": ""}
+        # FD 2: a fork-addressed resume at an answered interrupt uses its own value
+        thread = env.new_id("fd-resume")
+        args = r.args("flow", thread)
+        parked = r.pool.next().call("run", inp=("start",), **args)
+        at = r.pool.next().call("inspect_thread", layer=r.lay, directory=str(r.dir),
+                                kind="flow", thread=thread)["checkpoint_id"]
+        r.pool.next().call("run", inp=("resume", 1), **args)
+        forked = r.pool.next().call("run", inp=("resume", 2), checkpoint_id=at, fork=True,
+                                    **args)
+        ok = forked["outcome"] == "ok" and forked["values"].get("x") == 2 + 2
+        own_value += ok
+        if not ok:
+            notes.append(f"rep {rep}: parked {parked.get('parked')}, fork resume: {forked}")
+    n = env.reps
+    return [r.cell("FI/FD", same_id == n and same_state == n and own_value == n,
+                   {"forks_same_id": same_id, "forks_same_state": same_state,
+                    "fork_resume_own_value": own_value, "reps": n},
+                   f"forked twice: same id in {same_id} of {n} reps, same state in "
+                   f"{same_state}; fork resume used its own value in {own_value}",
+                   "\n".join(notes))]
+
+
+def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    r = Run(env, layer, factory, "recover-twice", file_store=True)
+    same = {"state": 0, "nodes": 0, "effects": 0, "ids": 0}
+    finished = 0
+    for rep in range(env.reps):
+        d = r.dir / f"rep{rep}"
+        d.mkdir()
+        thread = env.new_id("rd")
+        _, early = r.pool.crash("after-pay", inp=("start",), **r.args("straight", thread, d))
+        if early is not None:
+            raise ChildError(f"the kill point was not reached: {early}")
+        got = []
+        for i in (1, 2):
+            copy = r.dir / f"rep{rep}-copy{i}"
+            shutil.copytree(d, copy)
+            ledger = copy / f"{thread}.recovery"
+            args = {**r.args("straight", thread, copy), "ledger": str(ledger)}
+            out = r.pool.next().call("run", inp=("none",), **args)
+            seen = r.pool.next().call("inspect_thread", layer=r.lay, directory=str(copy),
+                                      kind="straight", thread=thread)
+            entries = lines(ledger)
+            got.append({"state": seen.get("values"), "ids": seen["ids"],
+                        "nodes": [e for e in entries if e.startswith("enter")],
+                        "effects": [e for e in entries if e.startswith("effect")],
+                        "finished": out["outcome"] == "ok" and not out.get("parked")})
+        finished += got[0]["finished"] and got[1]["finished"]
+        for key in same:
+            same[key] += got[0][key] == got[1][key]
+    n = env.reps
+    where = (" (SQLite copies; --store not used)"
+             if layer != "stock" and os.environ.get(STORE_ENV) else "")
+    differ = [k for k, v in same.items() if v < n]
+    return [r.cell("RD", not differ and finished == n,
+                   {**{f"same_{k}": v for k, v in same.items()}, "finished": finished,
+                    "reps": n},
+                   ("two recoveries of one crash agreed on state, nodes, effects and ids"
+                    if not differ else "two recoveries of one crash differed in "
+                    + ", ".join(differ)) + f" ({n} reps){where}")]
+
+
+def scenarios() -> list[Scenario]:
+    return [
+        Scenario("kill-after-effect", ("EO", "PC", "LV"), kill_after_effect),
+        Scenario("kill-between-steps", ("PC",), kill_between_steps),
+        Scenario("k-resumes", ("CO-k",), k_resumes),
+        Scenario("second-resume", ("CO",), second_resume),
+        Scenario("invalid-state", ("CV",), invalid_state),
+        Scenario("fork-twice", ("FI/FD",), fork_twice),
+        Scenario("recover-twice", ("RD",), recover_twice),
+    ]
+
+
+__all__ = ["FRAMEWORK", "LAYERS", "layer_unavailable", "remit_saver", "scenarios",
+           "stock_saver"]
