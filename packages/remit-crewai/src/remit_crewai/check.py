@@ -1,0 +1,518 @@
+"""``remit check`` for CrewAI Flows: the fault matrix on SQLiteFlowPersistence and on remit.
+
+Every cell is measured by real runs of small flows with no LLM, in child
+processes forked from a server that imported only this module (and CrewAI).
+Kill points are reported by the child over a pipe (the parent then SIGKILLs
+it); racers are released by a barrier; a ledger file (one fsynced line per
+real effect call and per method entry) is the oracle.
+
+A layer factory is ``factory(directory) -> FlowPersistence``: every call with
+the same directory reaches the same durable store. The stock flows are plain
+``@persist`` flows; the remit flows are the same classes with ``@durable``.
+
+Not measured here: a SIGKILL *during* a write. CrewAI's SQLite backend writes
+one row per transaction, which SQLite keeps atomic, and remit's writes are
+single transactions too; CrewAI's Checkpointing (the path that tears JSON
+files) is not a ``FlowPersistence`` and remit does not use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+for _var, _value in {"CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_DISABLE_TRACKING": "true",
+                     "CREWAI_TRACING_ENABLED": "false", "OTEL_SDK_DISABLED": "true"}.items():
+    os.environ.setdefault(_var, _value)
+
+from crewai.flow.async_feedback.types import HumanFeedbackPending, PendingFeedbackContext  # noqa: E402
+from crewai.flow.flow import Flow, listen, start  # noqa: E402
+from crewai.flow.human_feedback import human_feedback  # noqa: E402
+from crewai.flow.persistence import persist  # noqa: E402
+from crewai.flow.persistence.base import FlowPersistence  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+from remit_core import ConsumeConflict, StateValidationError, effect  # noqa: E402
+from remit_core.check import (  # noqa: E402
+    STORE_ENV,
+    CellResult,
+    CheckEnv,
+    Scenario,
+    load_factory,
+    verdict,
+)
+
+FRAMEWORK = "crewai"
+LAYERS = {"stock": "remit_crewai.check:stock_persistence",
+          "remit": "remit_crewai.check:remit_persistence"}
+LEASE = 1.0
+WAIT = 60.0
+
+
+def stock_persistence(directory: str) -> FlowPersistence:
+    from crewai.flow.persistence.sqlite import SQLiteFlowPersistence
+
+    return SQLiteFlowPersistence(db_path=f"{directory}/stock.db")
+
+
+def remit_persistence(directory: str) -> FlowPersistence:
+    from remit_crewai import RemitFlowPersistence
+
+    url = os.environ.get(STORE_ENV) or f"sqlite:///{directory}/remit.db"
+    return RemitFlowPersistence.from_url(url, lease=LEASE)
+
+
+def note(ledger: str, line: str) -> None:
+    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def lines(ledger: Path) -> list[str]:
+    try:
+        return ledger.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def count(entries: list[str], prefix: str) -> int:
+    return sum(e.startswith(prefix) for e in entries)
+
+
+# ================================================================================== flows
+
+_conn: Connection | None = None
+
+
+def _hang(state: Any, point: str) -> None:
+    if state.hang == point and _conn is not None:
+        _conn.send(point)
+        _conn.recv()  # the parent SIGKILLs this process here
+
+
+@effect(name="check-charge")
+def charge(ledger: str, amount: int, *, idempotency_key: str = "") -> str:
+    txn = f"txn-{uuid.uuid4().hex[:10]}"  # like a payment API: a new id per real call
+    note(ledger, f"effect charge {txn}")
+    return txn
+
+
+@effect(name="check-ship")
+def ship(ledger: str, what: str, *, idempotency_key: str = "") -> str:
+    note(ledger, f"effect ship {what}")
+    return f"shipped {what}"
+
+
+class OrderState(BaseModel):
+    ledger: str = ""
+    hang: str = ""
+    count: int = 0
+    value: Any = 1
+    txn: str = ""
+
+
+class ReviewState(BaseModel):
+    ledger: str = ""
+    hang: str = ""
+    shipped: str = ""
+
+
+class Park:
+    """A feedback provider that parks the flow (an asynchronous human in the loop)."""
+
+    def request_feedback(self, context: PendingFeedbackContext, flow: Any) -> str:
+        raise HumanFeedbackPending(context=context)
+
+
+Layer = tuple[str, str | None]  # (factory spec, the remit store URL or None)
+
+
+@functools.cache
+def flows(layer: Layer, directory: str) -> dict[str, Any]:
+    """The flows on one layer's store. The store URL travels as an argument: a fork
+    server's children inherit the environment of its start, not the parent's."""
+    from remit_crewai import durable
+
+    factory, store = layer
+    if store is None:
+        os.environ.pop(STORE_ENV, None)
+    else:
+        os.environ[STORE_ENV] = store
+    backend = load_factory(factory)(directory)
+    remit = factory == LAYERS["remit"] or "RemitFlowPersistence" in type(backend).__name__
+    wrap: Callable[[Any], Any] = durable if remit else (lambda cls: cls)
+
+    @wrap
+    @persist(backend)
+    class OrderFlow(Flow[OrderState]):
+        _skip_auto_memory = True  # CrewAI's agent memory: unused, and slow to build
+
+        @start()
+        def begin(self) -> str:
+            note(self.state.ledger, "enter begin")
+            self.state.count += 1
+            return "begun"
+
+        @listen(begin)
+        def pay(self, _: str) -> str:
+            note(self.state.ledger, "enter pay")
+            self.state.txn = charge(self.state.ledger, 10)
+            _hang(self.state, "after-effect")
+            self.state.count = self.state.value  # the CV fault when value is not an int
+            return str(self.state.txn)
+
+        @listen(pay)
+        def slow(self, txn: str) -> str:
+            note(self.state.ledger, "enter slow")
+            _hang(self.state, "between")
+            return f"done {txn}"
+
+    @wrap
+    @persist(backend)
+    class ReviewFlow(Flow[ReviewState]):
+        _skip_auto_memory = True
+
+        @start()
+        @human_feedback(message="ship?", provider=Park())
+        def draft(self) -> str:
+            return "draft"
+
+        @listen(draft)
+        def deliver(self, result: Any) -> str:
+            note(self.state.ledger, f"enter deliver {result.feedback}")
+            self.state.shipped = ship(self.state.ledger, result.feedback)
+            _hang(self.state, "deliver")
+            return str(self.state.shipped)
+
+    return {"order": OrderFlow, "review": ReviewFlow, "backend": backend}
+
+
+# ========================================================================== child bodies
+
+
+def kickoff(layer: Layer, d: str, name: str, inputs: dict[str, Any],
+            conn: Connection | None = None) -> tuple[str, Any, dict[str, Any]]:
+    """Kick a flow off (or again, with its id: the documented resume); report how it ended."""
+    global _conn
+    _conn = conn
+    flow = flows(layer, d)[name]()
+    try:
+        result = flow.kickoff(inputs=inputs)
+    except (StateValidationError, RuntimeError) as exc:
+        return ("refused", type(exc).__name__, {})
+    except ConsumeConflict as exc:
+        return ("conflict", str(exc)[:80], {})
+    except Exception as exc:
+        return ("failed", type(exc).__name__, {})
+    kind = "parked" if isinstance(result, HumanFeedbackPending) else "finished"
+    return (kind, None if kind == "parked" else result, flow.state.model_dump())
+
+
+def resume_feedback(layer: Layer, d: str, flow_id: str, value: str, barrier: Any = None,
+                    results: Any = None, conn: Connection | None = None) -> str:
+    """Load the parked flow, wait at the barrier, resume with ``value``."""
+    global _conn
+    _conn = conn
+    cls = flows(layer, d)["review"]
+    backend: Any = flows(layer, d)["backend"]
+    try:
+        flow = cls.from_pending(flow_id, backend)
+    except Exception as exc:
+        out = f"load {type(exc).__name__}"
+    else:
+        if barrier is not None:
+            barrier.wait()
+        try:
+            flow.state.hang = "deliver" if conn is not None else ""
+            flow.resume(value)
+            out = "won"
+        except ConsumeConflict:
+            out = "conflict"
+        except Exception as exc:
+            out = f"error {type(exc).__name__}"
+    if results is not None:
+        results.put(out)
+    return out
+
+
+def stale_handles(layer: Layer, d: str, flow_id: str) -> list[str]:
+    """Two handles loaded before either resumed, in one process; both resume."""
+    cls = flows(layer, d)["review"]
+    backend: Any = flows(layer, d)["backend"]
+    handles = [cls.from_pending(flow_id, backend) for _ in range(2)]
+    out = []
+    for h, value in zip(handles, ("first", "second"), strict=True):
+        try:
+            h.resume(value)
+            out.append("won")
+        except ConsumeConflict:
+            out.append("conflict")
+        except Exception as exc:
+            out.append(f"error {type(exc).__name__}")
+    return out
+
+
+def fork_flow(layer: Layer, d: str, source: str, remit: bool) -> tuple[str, dict[str, Any]]:
+    flow = flows(layer, d)["order"]()
+    if remit:
+        from remit_crewai import fork
+
+        fork(flow, source, {"value": 2})
+    else:  # CrewAI's own fork: restore_from_state_id
+        flow.kickoff(inputs={"value": 2}, restore_from_state_id=source)
+    state = flow.state.model_dump()
+    return str(state.pop("id")), state
+
+
+if mp.parent_process() is not None:  # in the fork server and its children: no noise
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("remit").setLevel(logging.ERROR)
+    _null = os.open(os.devnull, os.O_WRONLY)  # CrewAI prints a panel per method
+    os.dup2(_null, 1)
+
+
+# ============================================================================= the parent
+
+CTX = mp.get_context("forkserver")
+CTX.set_forkserver_preload([__name__])
+
+
+def _pid(proc: Any) -> int:
+    pid = proc.pid
+    assert isinstance(pid, int) and pid > 0, "the child process was not started"
+    return pid
+
+
+def _crash(target: Callable[..., Any], args: tuple[Any, ...], point: str) -> bool:
+    """Run ``target(*args, conn=...)`` in a child; SIGKILL it at ``point``."""
+    parent, child = CTX.Pipe()
+    proc = CTX.Process(target=target, args=args, kwargs={"conn": child})
+    proc.start()
+    child.close()
+    reached = False
+    try:
+        if parent.poll(WAIT):
+            with contextlib.suppress(EOFError):
+                reached = parent.recv() == point
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(_pid(proc), signal.SIGKILL)
+        proc.join(timeout=WAIT)
+    return reached
+
+
+@contextlib.contextmanager
+def _pool() -> Iterator[Any]:
+    with CTX.Pool(1) as pool:
+        yield pool
+
+
+def _cell(layer: str, fault: str, prop: str, ok: bool, counts: dict[str, int],
+          summary: str) -> CellResult:
+    return CellResult(FRAMEWORK, layer, fault, prop, verdict(ok), counts, summary)
+
+
+def _crash_and_resume(env: CheckEnv, lay: Layer, name: str, point: str,
+                      d: Path | None = None) -> tuple[Path, str, tuple[Any, ...]]:
+    d = d or env.fresh_dir(point)
+    ledger = d / "ledger"
+    fid = env.new_id("order")
+    _crash(kickoff, (lay, str(d), "order", {"id": fid, "ledger": str(ledger), "hang": point}),
+           point)
+    with _pool() as pool:
+        got = pool.apply(kickoff, (lay, str(d), "order", {"id": fid, "hang": ""}))
+    return ledger, fid, got
+
+
+def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    charges = reruns = finished = 0
+    for _ in range(env.reps):
+        ledger, _, got = _crash_and_resume(env, lay, "order", "after-effect")
+        entries = lines(ledger)
+        charges += count(entries, "effect charge")
+        reruns += count(entries, "enter begin") - 1
+        finished += got[0] == "finished"
+    n = env.reps
+    return [
+        _cell(layer, "kill-after-effect", "EO", charges == n and finished == n,
+              {"effect_calls": charges, "finished": finished, "reps": n},
+              f"charge fired {charges} times in {n} reps; {finished} of {n} flows finished"),
+        _cell(layer, "kill-after-effect", "PC", reruns == 0 and finished == n,
+              {"completed_method_reruns": reruns, "reps": n},
+              f"completed methods ran again {reruns} times in {n} reps"),
+    ]
+
+
+def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    reruns = charges = finished = 0
+    for _ in range(env.reps):
+        ledger, _, got = _crash_and_resume(env, lay, "order", "between")
+        entries = lines(ledger)
+        reruns += count(entries, "enter begin") - 1 + count(entries, "enter pay") - 1
+        charges += count(entries, "effect charge")
+        finished += got[0] == "finished"
+    n = env.reps
+    return [_cell(layer, "kill-between-steps", "PC", reruns == 0 and finished == n,
+                  {"completed_method_reruns": reruns, "effect_calls": charges, "reps": n},
+                  f"begin and pay ran again {reruns} times in {n} reps; charge fired "
+                  f"{charges} times")]
+
+
+def _park(env: CheckEnv, lay: Layer, d: Path) -> str:
+    fid = env.new_id("review")
+    with _pool() as pool:
+        got = pool.apply(kickoff, (lay, str(d), "review", {"id": fid, "ledger": str(d / "ledger")}))
+    assert got[0] == "parked", got
+    return fid
+
+
+def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    delivered = ran = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("k-resumes")
+        fid = _park(env, lay, d)
+        barrier = CTX.Barrier(env.k)
+        results = CTX.Queue()
+        procs = [CTX.Process(target=resume_feedback,
+                             args=(lay, str(d), fid, f"v{i}", barrier, results))
+                 for i in range(env.k)]
+        for p in procs:
+            p.start()
+        outcomes = [results.get(timeout=WAIT * 2) for _ in procs]
+        for p in procs:
+            p.join(timeout=WAIT)
+        ran += count(lines(d / "ledger"), "effect ship")
+        delivered += outcomes.count("won")
+    n = env.reps
+    return [_cell(layer, "k-resumes", "CO-k", ran == n and delivered == n,
+                  {"gated_effect_calls": ran, "resumes_that_ran": delivered, "k": env.k,
+                   "reps": n},
+                  f"{env.k} racing resumes: gated effect fired {ran} times in {n} reps")]
+
+
+def second_resume(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    ran = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("second-resume")
+        fid = _park(env, lay, d)
+        with _pool() as pool:
+            pool.apply(stale_handles, (lay, str(d), fid))
+        ran += count(lines(d / "ledger"), "effect ship")
+    n = env.reps
+    return [_cell(layer, "second-resume", "CO", ran == n,
+                  {"gated_effect_calls": ran, "reps": n},
+                  f"two stale handles, both resumed: gated effect fired {ran} times in {n} "
+                  "reps")]
+
+
+def owner_dies(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    """LV: the resume that won is SIGKILLed after its effect; kickoff(id) finishes it."""
+    lay: Layer = (factory, env.store_url)
+    finished = shipped = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("owner-dies")
+        fid = _park(env, lay, d)
+        _crash(resume_feedback, (lay, str(d), fid, "claimed"), "deliver")
+        with _pool() as pool:
+            got = pool.apply(kickoff, (lay, str(d), "review", {"id": fid, "hang": ""}))
+        finished += got[0] == "finished" and got[1] == "shipped claimed"
+        shipped += count(lines(d / "ledger"), "effect ship")
+    n = env.reps
+    return [_cell(layer, "kill-after-effect", "LV", finished == n and shipped == n,
+                  {"finished_with_claimed_value": finished, "gated_effect_calls": shipped,
+                   "reps": n},
+                  f"a resume killed after its effect: finished with its value in {finished} "
+                  f"of {n} reps; effect fired {shipped} times")]
+
+
+def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    stored = stuck = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("invalid-state")
+        fid = env.new_id("cv")
+        with _pool() as pool:
+            pool.apply(kickoff, (lay, str(d), "order",
+                                 {"id": fid, "ledger": str(d / "ledger"), "value": "many"}))
+            backend = flows(lay, str(d))["backend"]
+            latest = backend.load_state(fid)
+            stored += latest is not None and latest.get("count") == "many"
+            again = pool.apply(kickoff, (lay, str(d), "order", {"id": fid, "value": 3}))
+        stuck += again[0] != "finished"
+    n = env.reps
+    return [_cell(layer, "invalid-state", "CV", stored == 0 and stuck == 0,
+                  {"invalid_persisted": stored, "not_resumable_after": stuck, "reps": n},
+                  f"count='many' stored in {stored} of {n} reps; flow not resumable afterwards "
+                  f"in {stuck}")]
+
+
+def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, env.store_url)
+    same = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("fork-twice")
+        source = env.new_id("source")
+        with _pool() as pool:
+            pool.apply(kickoff, (lay, str(d), "order", {"id": source, "ledger": str(d / "ledger")}))
+            a = pool.apply(fork_flow, (lay, str(d), source, layer == "remit"))
+            b = pool.apply(fork_flow, (lay, str(d), source, layer == "remit"))
+        same += a == b
+    n = env.reps
+    return [_cell(layer, "fork-twice", "FI/FD", same == n, {"forks_equal": same, "reps": n},
+                  f"two forks of one state had the same id and state in {same} of {n} reps")]
+
+
+def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    lay: Layer = (factory, None)  # copies need a file store: SQLite for remit
+    same = 0
+    for _ in range(env.reps):
+        d = env.fresh_dir("recover-twice")
+        ledger = d / "ledger"
+        fid = env.new_id("rd")
+        _crash(kickoff, (lay, str(d), "order", {"id": fid, "ledger": str(ledger),
+                                                 "hang": "between"}), "between")
+        got = []
+        for i in (1, 2):
+            c = d.with_name(f"{d.name}-copy{i}")
+            shutil.copytree(d, c)
+            with _pool() as pool:
+                got.append(pool.apply(kickoff, (lay, str(c), "order", {"id": fid, "hang": ""})))
+        same += got[0] == got[1] and got[0][0] == "finished"
+    n = env.reps
+    where = " (on SQLite copies)" if layer == "remit" else ""
+    return [_cell(layer, "recover-twice", "RD", same == n,
+                  {"recoveries_equal": same, "reps": n},
+                  f"two recoveries of one crash gave the same result and state in {same} of "
+                  f"{n} reps{where}")]
+
+
+def scenarios() -> list[Scenario]:
+    return [
+        Scenario("kill-after-effect", ("EO", "PC"), kill_after_effect),
+        Scenario("kill-after-effect", ("LV",), owner_dies),
+        Scenario("kill-between-steps", ("PC",), kill_between_steps),
+        Scenario("k-resumes", ("CO-k",), k_resumes),
+        Scenario("second-resume", ("CO",), second_resume),
+        Scenario("invalid-state", ("CV",), invalid_state),
+        Scenario("fork-twice", ("FI/FD",), fork_twice),
+        Scenario("recover-twice", ("RD",), recover_twice),
+    ]
