@@ -365,3 +365,27 @@ def test_abandoning_an_unfinished_execution(store_url: str, tmp_path: Path) -> N
     assert backend.new_execution("turn") == 0  # unfinished: kept by default
     assert backend.new_execution("turn", abandon=True) == 1
     assert backend.new_execution("turn", abandon=True) == 1  # execution 1 has not run yet
+
+
+def test_an_opened_store_is_accepted(store_url: str, tmp_path: Path) -> None:
+    """One store (one connection pool) shared with other adapters; its password stays out
+    of the flow JSON."""
+    from remit_core import open_store
+
+    store = open_store(store_url, lease=w.LEASE)
+    backend = RemitFlowPersistence.from_url(store)
+    assert backend.store is store
+
+    @durable
+    @persist(backend)
+    class Shared(Flow[w.ApprovalState]):
+        _skip_auto_memory = True
+
+        @start()
+        def go(self) -> str:
+            return w.ship(str(tmp_path / "ledger"), "x")
+
+    assert Shared().kickoff(inputs={"id": "shared-1"}) == "shipped x"
+    assert store.get_checkpoint("shared-1") is not None
+    rebuilt = RemitFlowPersistence.model_validate_json(backend.model_dump_json())
+    assert rebuilt.store is store

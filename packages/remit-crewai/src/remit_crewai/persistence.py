@@ -171,14 +171,23 @@ class RemitFlowPersistence(FlowPersistence):
     _state_types: dict[str, type[BaseModel]] = PrivateAttr(default_factory=dict)
 
     @classmethod
-    def from_url(cls, url: str, *, lease: float | None = None) -> RemitFlowPersistence:
-        """Open ``url`` (``sqlite:///flows.db``, ``postgresql://...``, ``redis://...``).
+    def from_url(cls, url: str | Store, *, lease: float | None = None) -> RemitFlowPersistence:
+        """Open ``url`` (``sqlite:///flows.db``, ``postgresql://...``, ``redis://...``), or
+        use an already opened :class:`~remit_core.Store` (to share one connection pool
+        with other adapters).
 
         ``lease`` (seconds) bounds how long a dead process holds a method or a
         resume before another process may take over; the store default is 30.
         """
-        store = shared_store(url, lease)
-        self = cls(url=mask_url(url), lease=lease)
+        if isinstance(url, Store):
+            store = url
+            with _lock:
+                _stores.setdefault((os.getpid(), store.url, None), store)
+                _real_urls.setdefault(mask_url(store.url), store.url)
+            self = cls(url=mask_url(store.url))
+        else:
+            store = shared_store(url, lease)
+            self = cls(url=mask_url(url), lease=lease)
         self._store = store
         return self
 
