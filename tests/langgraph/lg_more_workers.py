@@ -12,6 +12,8 @@ saver call that completed.
 Fault switches (``REMIT_TEST_BREAK``, read at import in every process):
 
 * ``langgraph-gate``: the consume-once gate is off (applied by ``lg_workers``).
+* ``langgraph-ids``: checkpoints the loop writes keep LangGraph's uuid6 ids instead of
+  remit's derived ones (applied by ``lg_workers``).
 * ``langgraph-receipts``: effects run unscoped, i.e. as plain calls with no receipt.
 """
 

@@ -18,6 +18,8 @@ from tests.workers import note
 
 if os.environ.get("REMIT_TEST_BREAK") == "langgraph-gate":  # protection off, in every process
     _contract.ConsumeGate.on_load = lambda self, config, found, loop: found  # type: ignore[method-assign]
+if os.environ.get("REMIT_TEST_BREAK") == "langgraph-ids":  # RD off: LangGraph's uuid6 ids
+    _contract.derived_checkpoint_id = lambda loop, parent, channels, step, new: None
 
 
 class State(TypedDict):

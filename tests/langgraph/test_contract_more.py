@@ -9,6 +9,8 @@ ledger file. Fault switches, set for the whole pytest run:
 * ``REMIT_TEST_BREAK=langgraph-gate``: no consume-once gate -> the race tests fail.
 * ``REMIT_TEST_BREAK=langgraph-receipts``: effects run without receipts -> the kill
   sweep and the other EO tests fail.
+* ``REMIT_TEST_BREAK=langgraph-ids``: the loop's checkpoints keep LangGraph's uuid6
+  ids -> the RD id tests fail.
 """
 
 from __future__ import annotations
@@ -429,26 +431,39 @@ def _copy_sqlite(src: Path, dst: Path) -> None:
             shutil.copyfile(f"{src}{suffix}", f"{dst}{suffix}")
 
 
-@pytest.fixture(scope="module")
-def rd_recoveries(zygote_proc: w.Zygote, tmp_path_factory: pytest.TempPathFactory
-                  ) -> dict[str, Any]:
-    """One crashed sqlite store (killed inside b, right after its effect, async
-    durability), copied twice (db + -wal + -shm); each copy recovered in a fresh process."""
-    tmp = tmp_path_factory.mktemp("rd")
+def recover_copies(zyg: w.Zygote, tmp: Path, kill_in: str) -> dict[str, Any]:
+    """One crashed sqlite store (killed at ``kill_in``, right after that node's effect,
+    async durability), copied twice (db + -wal + -shm); each copy recovered in a fresh
+    process."""
     db = tmp / "crashed.db"
-    job = zygote_proc.start("eo_run", f"sqlite:///{db}", "rd", str(tmp / "crash.txt"),
-                            "invoke", "async", kill_in="in-b")
+    job = zyg.start("eo_run", f"sqlite:///{db}", "rd", str(tmp / "crash.txt"),
+                    "invoke", "async", kill_in=kill_in)
     assert job.recv()[0] == "reached"
     job.kill()
     for name in ("one", "two"):  # before anything else opens the crashed files
         _copy_sqlite(db, tmp / f"{name}.db")
-    crashed = zygote_proc.run("inspect_state", f"sqlite:///{db}", "eo", "rd")
+    crashed = zyg.run("inspect_state", f"sqlite:///{db}", "eo", "rd")
     out: dict[str, Any] = {"crash": lines(tmp / "crash.txt"), "crashed_ids": crashed["ids"]}
     for name in ("one", "two"):
-        rec = zygote_proc.run("eo_run", f"sqlite:///{tmp / name}.db", "rd",
-                              str(tmp / f"{name}.txt"), "invoke", "async", recover=True)
+        rec = zyg.run("eo_run", f"sqlite:///{tmp / name}.db", "rd",
+                      str(tmp / f"{name}.txt"), "invoke", "async", recover=True)
         out[name] = {**rec, "ledger": lines(tmp / f"{name}.txt")}
     return out
+
+
+@pytest.fixture(scope="module")
+def rd_recoveries(zygote_proc: w.Zygote, tmp_path_factory: pytest.TempPathFactory
+                  ) -> dict[str, Any]:
+    """Killed inside b, the last node: a recovery re-runs b and writes one checkpoint."""
+    return recover_copies(zygote_proc, tmp_path_factory.mktemp("rd"), "in-b")
+
+
+@pytest.fixture(scope="module")
+def rd_recoveries_in_a(zygote_proc: w.Zygote, tmp_path_factory: pytest.TempPathFactory
+                       ) -> dict[str, Any]:
+    """Killed inside a: a recovery re-runs a, then runs b for the first time from a
+    checkpoint it wrote itself."""
+    return recover_copies(zygote_proc, tmp_path_factory.mktemp("rd-a"), "in-a")
 
 
 def test_recovery_is_deterministic_on_copies(rd_recoveries: dict[str, Any]) -> None:
@@ -468,8 +483,26 @@ def test_recovery_is_deterministic_on_copies(rd_recoveries: dict[str, Any]) -> N
     assert len(new[0]) == len(new[1]) >= 1
 
 
-@pytest.mark.xfail(strict=True, reason="deterministic checkpoint ids not implemented yet")
 def test_recovery_checkpoint_ids_are_deterministic(rd_recoveries: dict[str, Any]) -> None:
     new = [[i for i in rd_recoveries[n]["checkpoint_ids"] if i not in
             rd_recoveries["crashed_ids"]] for n in ("one", "two")]
+    assert new[0] == new[1]
+
+
+def test_recovery_ids_hold_across_supersteps(rd_recoveries_in_a: dict[str, Any]) -> None:
+    """RD over two supersteps: b runs from a checkpoint the recovery itself wrote, so
+    its task id, and with it the idempotency key of its effect, is the same in both
+    recoveries only if that checkpoint's id is."""
+    rd = rd_recoveries_in_a
+    one, two, crash = rd["one"], rd["two"], rd["crash"]
+    assert len(fired(crash, "pay")) == 1 and fired(crash, "ship") == []
+    steps = [[x for x in r["ledger"] if not x.startswith(("saver ", "effect "))]
+             for r in (one, two)]
+    assert steps[0] == steps[1] == ["enter a", "more work a", "enter b"]
+    assert fired(one["ledger"], "pay") == fired(two["ledger"], "pay") == []  # replayed
+    assert len(fired(one["ledger"], "ship")) == 1
+    assert fired(one["ledger"], "ship") == fired(two["ledger"], "ship")  # same key
+    assert one["values"] == two["values"] == {"x": 11, "log": "pay-1,ship-11"}
+    new = [[i for i in r["checkpoint_ids"] if i not in rd["crashed_ids"]] for r in (one, two)]
+    assert len(new[0]) >= 2
     assert new[0] == new[1]

@@ -2,8 +2,9 @@
 
 Each scenario runs the same graph twice, on InMemorySaver and on RemitSaver, and
 compares what a user sees: final values, ``get_state`` and the shape of
-``get_state_history``. Checkpoint ids differ by design (uuid6), so they are not
-compared.
+``get_state_history``. Checkpoint ids differ by design (LangGraph's uuid6, or the ids
+remit derives for the loop's checkpoints, see the RD section), so they are not
+compared across savers.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from langgraph.types import Command, Interrupt, Send, interrupt
 from remit_core import SerializationError, Store
 from remit_core.serde import default_serde
 from remit_langgraph import RemitSaver
+from remit_langgraph._contract import derive_step_id
 from remit_langgraph._serde import EMPTY, RemitStoredError, storable
 
 # ================================================================================ fixtures
@@ -558,3 +560,100 @@ def test_unsupported_write_raises_at_put_writes(saver: RemitSaver) -> None:
         saver.put_writes(stored, [("ch", Opaque())], "task-1")
     tup = saver.get_tuple(stored)
     assert tup is not None and tup.pending_writes == []
+
+
+# ========================================================================== RD: derived ids
+
+
+def ids_of(saver: BaseCheckpointSaver[Any], config: Any) -> list[str]:
+    return [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)]
+
+
+def rederived(saver: BaseCheckpointSaver[Any], config: Any, serde: Any) -> dict[str, bool]:
+    """For each stored ``source="loop"`` checkpoint: whether its id is the one
+    :func:`derive_step_id` gives for its parent, step and values."""
+    history = list(saver.list(config))
+    by_id = {t.config["configurable"]["checkpoint_id"]: t for t in history}
+    out = {}
+    for t in history:
+        if t.metadata["source"] != "loop" or t.parent_config is None:
+            continue
+        own = t.config["configurable"]["checkpoint_id"]
+        parent = by_id[t.parent_config["configurable"]["checkpoint_id"]]
+        out[own] = own == derive_step_id(str(config["configurable"]["thread_id"]), "",
+                                         parent.checkpoint, t.metadata["step"], t.checkpoint,
+                                         serde=serde)
+    return out
+
+
+@pytest.mark.parametrize("api", ["invoke", "ainvoke"])
+def test_loop_checkpoints_get_derived_ids(saver: RemitSaver, api: str) -> None:
+    graph, config = linear_graph(saver), cfg()
+    if api == "invoke":
+        graph.invoke({"items": [], "count": 0}, config)
+    else:
+        asyncio.run(graph.ainvoke({"items": [], "count": 0}, config))
+    derived = rederived(saver, config, saver.store.serde)
+    assert len(derived) == 4 and all(derived.values())  # every superstep; not the input
+    history = list(saver.list(config))
+    for t in history:
+        if t.metadata["source"] == "loop":
+            own = uuid.UUID(t.config["configurable"]["checkpoint_id"])
+            assert own.version == 6 and (own.int >> 48) & 0x3FFF == t.metadata["step"]
+    ids = ids_of(saver, config)  # newest first (store order): also descending id order
+    assert ids == sorted(ids, reverse=True)
+
+    mem, mem_config = InMemorySaver(), cfg()  # another saver's loop keeps LangGraph's ids
+    linear_graph(mem).invoke({"items": [], "count": 0}, mem_config)
+    kept = rederived(mem, mem_config, saver.store.serde)
+    assert len(kept) == 4 and not any(kept.values())
+
+
+def test_recovering_one_state_twice_gives_the_same_ids(saver: RemitSaver) -> None:
+    """RD in one process on every backend: recover, undo the recovery with
+    ``delete_for_runs``, recover again."""
+    down = {"on": True}
+
+    def flaky(state: Flaky) -> dict[str, Any]:
+        if down["on"]:
+            raise KeyError("down")
+        return {"log": ["flaky ok"]}
+
+    b = StateGraph(Flaky)
+    b.add_node("first", lambda s: {"log": ["first"]})
+    b.add_node("flaky", flaky)
+    b.add_node("last", lambda s: {"log": ["last"]})
+    b.add_edge(START, "first")
+    b.add_edge("first", "flaky")
+    b.add_edge("flaky", "last")
+    b.add_edge("last", END)
+    graph, config = b.compile(checkpointer=saver), cfg()
+    with pytest.raises(KeyError):
+        graph.invoke({"log": []}, config, durability="sync")
+    crashed = ids_of(saver, config)
+    down["on"] = False
+    recoveries = []
+    for _ in range(2):
+        run_id = str(uuid.uuid4())
+        out = graph.invoke(None, {**config, "metadata": {"run_id": run_id}})
+        recoveries.append((out, [i for i in ids_of(saver, config) if i not in crashed]))
+        saver.delete_for_runs([run_id])
+        assert ids_of(saver, config) == crashed
+    assert recoveries[0] == recoveries[1]
+    assert recoveries[0][0] == {"log": ["first", "flaky ok", "last"]}
+    assert len(recoveries[0][1]) == 2
+
+
+def test_time_travel_keeps_langgraph_ids(saver: RemitSaver) -> None:
+    """A run that addresses a past checkpoint branches off with fresh ids, as on the
+    stock savers: replaying twice gives two branches, not one."""
+    graph, config = linear_graph(saver), cfg()
+    graph.invoke({"items": [], "count": 0}, config)
+    past = next(s for s in graph.get_state_history(config) if s.next == ("b",))
+    branches = []
+    for _ in range(2):
+        before = set(ids_of(saver, config))
+        assert graph.invoke(None, past.config) == {"items": ["a", "b", "c"], "count": 20}
+        branches.append([i for i in ids_of(saver, config) if i not in before])
+    assert len(branches[0]) == len(branches[1]) == 3  # the fork, then b and c
+    assert not set(branches[0]) & set(branches[1])

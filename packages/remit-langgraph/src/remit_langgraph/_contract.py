@@ -23,31 +23,45 @@ plain storage, each by calling remit-core's primitives:
   a fork: it takes no claim, and a fork-addressed resume never sees a value
   recorded by an earlier resume at that checkpoint.
 
+* **RD (recovery determinism of ids).** A run that continues its thread's head
+  (``get_tuple`` without a checkpoint id, no ``remit_fork``) stores every
+  checkpoint its loop writes after a superstep (``source="loop"``) under an id
+  derived from (thread, namespace, parent checkpoint id, step, the channels the
+  step updated and their values) instead of a time-based uuid6; see
+  :func:`derive_step_id`. Recovering one durable state twice therefore names the
+  new checkpoints, the tasks run from them and their effect receipts alike.
+
 The gate learns whether an invocation delivers a resume value from the loop
-object that called ``get_tuple`` (found on the call stack); this is the one
-LangGraph internal remit depends on, and the contract tests fail if it moves.
+object that called ``get_tuple`` (found on the call stack). RD needs a second
+seam: the loop mints a checkpoint's id in ``create_checkpoint`` and ignores the
+config ``put`` returns, so remit wraps ``langgraph.pregel._loop.create_checkpoint``
+(a no-op for loops that do not run on a RemitSaver). These are the LangGraph
+internals remit depends on; the contract tests fail if they move.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import sys
 import threading
 import time
+import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
+from datetime import datetime
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.types import Command
 
-from remit_core import ConsumeConflict, RemitError
+from remit_core import ConsumeConflict, RemitError, SerializationError
 from remit_core.effects import EffectScope, register_scope_resolver
-from remit_core.ids import value_digest
+from remit_core.ids import derive_id, value_digest
 from remit_core.store import new_owner
 
 if TYPE_CHECKING:
@@ -66,10 +80,19 @@ NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 _RUNTIME = "__pregel_runtime"
 
 _PregelLoop: type[Any] | None
+_loop_module: ModuleType | None
 try:
+    from langgraph.pregel import _loop as _loop_module
     from langgraph.pregel._loop import PregelLoop as _PregelLoop
 except ImportError:  # pragma: no cover - moved in some release
     _PregelLoop = None
+    _loop_module = None
+
+_DeltaChannel: type[Any] | None
+try:
+    from langgraph.channels.delta import DeltaChannel as _DeltaChannel
+except ImportError:  # pragma: no cover - langgraph before delta channels
+    _DeltaChannel = None
 
 
 # ======================================================================== pending interrupts
@@ -291,6 +314,136 @@ def _with_claimed_value(found: CheckpointTuple, value: Any, ids: Sequence[str]) 
 def _strip_resumes(found: CheckpointTuple) -> CheckpointTuple:
     writes = [w for w in found.pending_writes or () if w[1] != RESUME]
     return found._replace(pending_writes=writes)
+
+
+# ======================================================================================= RD
+
+_UUID_EPOCH = 0x01B21DD213814000
+"""100 ns intervals from the UUID epoch (1582-10-15) to the Unix epoch (as in uuid6)."""
+
+_runs: weakref.WeakKeyDictionary[Any, tuple[RemitSaver, str, str] | None] = (
+    weakref.WeakKeyDictionary())
+_runs_lock = threading.Lock()
+
+
+def note_load(saver: RemitSaver, config: Mapping[str, Any], loop: Any | None, *,
+              addressed: bool) -> None:
+    """RD: remember how a run's loop loaded its checkpoint (called by ``get_tuple``).
+
+    A loop that loaded the head of its thread and namespace (no checkpoint id) and is
+    not a fork gets derived ids. One that addressed a checkpoint (time travel, a resume
+    at a past checkpoint, a subgraph replay) keeps LangGraph's ids, also when it asks
+    for the head afterwards (LangGraph's ``checkpoint_superseded`` check does).
+    """
+    if loop is None:
+        return
+    conf = config.get("configurable", {})
+    head = (not addressed and not conf.get(FORK_FLAG)
+            and getattr(loop, "checkpointer", None) is saver)
+    with _runs_lock:
+        if loop in _runs and _runs[loop] is None:
+            return
+        _runs[loop] = ((saver, str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""))
+                       if head else None)
+
+
+def derive_step_id(thread_id: str, ns: str, parent: Checkpoint, step: int, new: Checkpoint,
+                   *, serde: Any = None) -> str:
+    """The id of the checkpoint a superstep produced from ``parent``.
+
+    Derived from (thread, namespace, parent id, step, the channels the step updated
+    and their values); channel versions are left out, their suffix is random. Laid out
+    as a uuid6, like LangGraph's own ids: its time is the parent's plus 100 ns (the
+    parent id's time when it is a uuid6, else the parent's ``ts``), its clock sequence
+    the step and its node 48 bits of the digest, so a child's id sorts after its
+    parent's, as along a chain of uuid6 ids. Raises ``SerializationError`` for a value
+    remit cannot store.
+    """
+    values = new.get("channel_values") or {}
+    updated = new.get("updated_channels")
+    names = sorted(values) if updated is None else sorted(updated)
+    written = {ch: [values[ch]] if ch in values else [] for ch in names}
+    key = derive_id(f"{thread_id}|{ns}|{parent['id']}", f"loop|{step}",
+                    {"updated": names, "values": written}, serde=serde)
+    timestamp = _uuid_time(parent) + 1
+    node = uuid.UUID(key).int & 0xFFFFFFFFFFFF
+    value = ((timestamp >> 12) & 0xFFFFFFFFFFFF) << 80
+    value |= (0x6000 | (timestamp & 0x0FFF)) << 64  # version 6
+    value |= (0x8000 | (step & 0x3FFF)) << 48  # RFC 4122 variant, clock_seq = step
+    value |= node
+    return str(uuid.UUID(int=value))
+
+
+def _uuid_time(checkpoint: Checkpoint) -> int:
+    """A checkpoint's time in 100 ns intervals since the UUID epoch."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        parsed = uuid.UUID(str(checkpoint["id"]))
+        if parsed.version == 6:
+            return ((parsed.int >> 80) << 12) | ((parsed.int >> 64) & 0x0FFF)
+    with contextlib.suppress(ValueError, TypeError, KeyError):
+        ts = datetime.fromisoformat(str(checkpoint["ts"]))
+        return int(ts.timestamp() * 10_000_000) + _UUID_EPOCH
+    return 0
+
+
+def derived_checkpoint_id(loop: Any, parent: Checkpoint, channels: Mapping[str, Any] | None,
+                          step: int, new: Checkpoint) -> str | None:
+    """RD: the id a RemitSaver run's loop stores ``new`` under, or None for LangGraph's.
+
+    Derived only for a checkpoint written after a superstep (``source="loop"``) by a
+    loop that continues its thread's head (:func:`note_load`). Not under
+    ``durability="exit"``, whose steps build checkpoints without their new values
+    (``channels`` is None) and store only the last, under the id of the one before;
+    and not when the graph has delta channels (their values are not in the
+    checkpoint, so the digest could not tell two children apart).
+    """
+    if channels is None or _PregelLoop is None or not isinstance(loop, _PregelLoop):
+        return None
+    with _runs_lock:
+        run = _runs.get(loop)
+    if run is None:
+        return None
+    metadata = getattr(loop, "checkpoint_metadata", None) or {}
+    if metadata.get("source") != "loop" or metadata.get("step") != step:
+        return None
+    if _DeltaChannel is not None and channels is not None and any(
+            isinstance(ch, _DeltaChannel) for ch in channels.values()):
+        return None
+    saver, thread_id, ns = run
+    try:
+        return derive_step_id(thread_id, ns, parent, step, new, serde=saver.store.serde)
+    except SerializationError:
+        return None  # put refuses the same value and names it
+
+
+def _install_id_hook() -> None:
+    """Wrap the ``create_checkpoint`` the Pregel loop calls, once per process.
+
+    The loop keeps the id it minted (it discards what ``put`` returns), so the id has
+    to be chosen when the loop builds the checkpoint. The wrapper changes nothing for
+    a loop remit does not know (another saver, a read, ``update_state``, which uses
+    its own import), and nothing when the loop passes an id (the exit re-put)."""
+    module = _loop_module
+    original: Callable[..., Any] | None = getattr(module, "create_checkpoint", None)
+    if module is None or original is None or getattr(original, "__remit__", False):
+        return
+
+    @functools.wraps(original)
+    def create_checkpoint(checkpoint: Checkpoint, channels: Mapping[str, Any] | None,
+                          step: int, *args: Any, **kwargs: Any) -> Any:
+        new = original(checkpoint, channels, step, *args, **kwargs)
+        if kwargs.get("id") is None and len(_runs):
+            loop = sys._getframe(1).f_locals.get("self")
+            derived = derived_checkpoint_id(loop, checkpoint, channels, step, new)
+            if derived is not None:
+                new["id"] = derived
+        return new
+
+    create_checkpoint.__remit__ = True  # type: ignore[attr-defined]
+    module.create_checkpoint = create_checkpoint  # type: ignore[attr-defined]
+
+
+_install_id_hook()
 
 
 # ======================================================================================= EO

@@ -55,7 +55,7 @@ from remit_core import records as rc
 from remit_core.ids import derive_id
 from remit_core.serde import default_serde
 from remit_langgraph import _serde
-from remit_langgraph._contract import FORK_FLAG, ConsumeGate, _find_loop
+from remit_langgraph._contract import FORK_FLAG, ConsumeGate, _find_loop, note_load
 from remit_langgraph._schema import GraphSchema
 from remit_langgraph._serde import EMPTY, storable
 
@@ -110,6 +110,12 @@ class RemitSaver(BaseCheckpointSaver[str]):
     * EO: ``@effect`` calls inside nodes get receipts keyed by thread and task.
     * FI: ``configurable["remit_fork"] = True`` marks a fork; it takes no claim and a
       fork-addressed resume uses its own value.
+    * RD: a run that continues its thread's latest checkpoint (no ``checkpoint_id``,
+      no ``remit_fork``) stores each checkpoint its loop writes after a superstep under
+      an id derived from the parent id, the step and the channels the step updated
+      (:func:`remit_langgraph._contract.derive_step_id`), not a time-based uuid6, so
+      recovering one durable state twice writes the same ids. ``put`` itself stores
+      and returns the id it is given.
 
     Switching over from a stock saver: with ``legacy=`` (an open stock ``SqliteSaver`` or
     ``PostgresSaver``), a thread that remit has not imported yet is imported from it on
@@ -198,7 +204,9 @@ class RemitSaver(BaseCheckpointSaver[str]):
     def _load(self, config: RunnableConfig, loop: Any) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)
         self._adopt(thread_id)
-        found = self.store.get_checkpoint(thread_id, get_checkpoint_id(config), ns=ns)
+        checkpoint_id = get_checkpoint_id(config)
+        found = self.store.get_checkpoint(thread_id, checkpoint_id, ns=ns)
+        note_load(self, config, loop, addressed=checkpoint_id is not None)
         return self._gate.on_load(dict(config), None if found is None else _to_tuple(found), loop)
 
     def list(
