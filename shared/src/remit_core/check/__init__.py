@@ -31,6 +31,7 @@ from __future__ import annotations
 import builtins
 import importlib
 import importlib.util
+import multiprocessing as mp
 import os
 import shutil
 import sys
@@ -154,24 +155,25 @@ def load_factory(spec: str) -> Callable[..., Any]:
     return fn
 
 
-def available(framework: str) -> tuple[Any | None, str]:
-    """The adapter's check module, or None and a one-line reason."""
+def available(framework: str) -> str:
+    """Why ``framework`` cannot be checked here (one line), or "" when it can. Imports nothing."""
     dist, module = FRAMEWORKS[framework]
     if importlib.util.find_spec(dist) is None:
-        return None, f"{framework} is not installed"
-    if importlib.util.find_spec(module.split(".")[0]) is None:
-        pkg = module.split(".")[0].replace("_", "-")
-        return None, f"{framework} is installed but {pkg} is not (pip install {pkg})"
+        return f"{framework} is not installed"
+    package = module.split(".")[0]
+    if importlib.util.find_spec(package) is None:
+        pkg = package.replace("_", "-")
+        return f"{framework} is installed but {pkg} is not (pip install {pkg})"
     if importlib.util.find_spec(module) is None:
-        return None, f"this version of {module.split('.')[0].replace('_', '-')} has no check module"
-    return importlib.import_module(module), ""
+        return f"this version of {package.replace('_', '-')} has no check module"
+    return ""
 
 
 class Progress:
     """A one-line progress bar on stderr (a plain line per cell when not a terminal)."""
 
     def __init__(self, total: int, enabled: bool = True) -> None:
-        self.total = max(total, 1)
+        self.total = total
         self.done = 0
         self.enabled = enabled
         self.tty = sys.stderr.isatty()
@@ -182,7 +184,7 @@ class Progress:
         if not self.enabled:
             return
         width = 30
-        filled = int(width * self.done / self.total)
+        filled = int(width * self.done / max(self.total, 1))
         elapsed = time.monotonic() - self.start
         line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
                 f"{elapsed:5.0f}s  {label}")
@@ -199,61 +201,117 @@ def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None 
               k: int = 4, reps: int = 2, layers: Sequence[str] = ("stock", "remit"),
               progress: bool = True, workdir: Path | None = None,
               only: Sequence[str] | None = None) -> Report:
-    """Run the matrix. ``only`` limits it to some fault points (names of :data:`FAULTS`)."""
+    """Run the matrix. ``only`` limits it to some fault points (names of :data:`FAULTS`).
+
+    Each framework runs in a process of its own (spawned, so that it imports only that
+    framework and its adapter's check module, and its scenarios' fork server preloads
+    just that); cells come back over a queue as they finish.
+    """
     started = time.monotonic()
     report = Report(options={"frameworks": list(frameworks or FRAMEWORKS), "k": k,
                              "reps": reps, "store": _masked(store_url) or "sqlite (temporary)",
                              "layers": list(layers)})
-    plan: list[tuple[str, Any, Scenario, str]] = []
-    for name in frameworks or FRAMEWORKS:
+    names = list(frameworks or FRAMEWORKS)
+    for name in names:
         if name not in FRAMEWORKS:
             raise ValueError(f"unknown framework {name!r}; choose from {', '.join(FRAMEWORKS)}")
-        module, reason = available(name)
-        if module is None:
-            report.skipped[name] = reason
-            continue
-        # optional: ``layer_unavailable(layer) -> str | None``, a one-line reason to skip
-        unavailable = getattr(module, "layer_unavailable", None)
-        runnable = []
-        for layer in layers:
-            why = unavailable(layer) if unavailable is not None else None
-            if why:
-                report.skipped[f"{name} ({layer})"] = why
-            else:
-                runnable.append(layer)
-        for scenario in module.scenarios():
-            if only and scenario.fault not in only:
-                continue
-            for layer in runnable:
-                plan.append((name, module, scenario, layer))
-    bar = Progress(len(plan), progress)
+    bar = Progress(0, progress)
     own_dir = workdir is None
     root = Path(tempfile.mkdtemp(prefix="remit-check-")) if workdir is None else workdir
+    ctx = mp.get_context("spawn")
     try:
-        for name, module, scenario, layer in plan:
-            env = CheckEnv(workdir=root / f"{name}-{layer}", k=k, reps=reps,
-                           store_url=store_url if layer == "remit" else None)
-            env.workdir.mkdir(parents=True, exist_ok=True)
-            if store_url is not None:  # child processes open the same store
-                os.environ[STORE_ENV] = store_url
-            t0 = time.monotonic()
+        for name in names:
+            reason = available(name)
+            if reason:
+                report.skipped[name] = reason
+                continue
+            queue: Any = ctx.Queue()
+            proc = ctx.Process(target=_run_framework, name=f"remit-check-{name}",
+                               args=(name, list(layers), store_url, k, reps,
+                                     list(only) if only else None, str(root), queue))
+            proc.start()
             try:
-                cells = scenario.run(env, layer, module.LAYERS[layer])
-            except Exception as exc:  # a scenario that cannot run is an error cell, not a crash
-                cells = [CellResult(name, layer, scenario.fault, prop, "error", {},
-                                    f"could not run: {type(exc).__name__}: "
-                                    f"{str(exc).splitlines()[0] if str(exc) else ''}",
-                                    detail=traceback.format_exc())
-                         for prop in scenario.properties]
-            for cell in cells:
-                cell.seconds = round(time.monotonic() - t0, 2)
-            report.cells.extend(cells)
-            bar.step(f"{name} {layer} {scenario.fault}")
+                _collect(name, proc, queue, report, bar)
+            finally:
+                proc.join(timeout=60)
+                if proc.is_alive():
+                    proc.kill()
     finally:
         if own_dir and not os.environ.get("REMIT_CHECK_KEEP"):
             shutil.rmtree(root, ignore_errors=True)
     report.seconds = time.monotonic() - started
     return report
+
+
+#: the longest a framework's process may stay silent (one scenario, all its reps)
+SCENARIO_TIMEOUT = 900.0
+
+
+def _collect(name: str, proc: Any, queue: Any, report: Report, bar: Progress) -> None:
+    while True:
+        try:
+            msg = queue.get(timeout=SCENARIO_TIMEOUT)
+        except Exception:
+            report.cells.append(CellResult(name, "-", "-", "-", "error", {},
+                                           f"no answer for {SCENARIO_TIMEOUT:.0f}s"))
+            return
+        kind = msg[0]
+        if kind == "plan":
+            bar.total += msg[1]
+        elif kind == "skip":
+            report.skipped[msg[1]] = msg[2]
+        elif kind == "cells":
+            report.cells.extend(CellResult(**c) for c in msg[1])
+            bar.step(msg[2])
+        elif kind == "fatal":
+            report.cells.append(CellResult(name, "-", "-", "-", "error", {},
+                                           f"the {name} checks could not start: {msg[1]}",
+                                           detail=msg[2]))
+        elif kind == "done":
+            return
+
+
+def _run_framework(name: str, layers: list[str], store_url: str | None, k: int, reps: int,
+                   only: list[str] | None, root: str, queue: Any) -> None:
+    """The body of one framework's process: run its scenarios, send the cells back."""
+    null = os.open(os.devnull, os.O_WRONLY)  # frameworks print; the report is the parent's
+    os.dup2(null, 1)
+    try:
+        module = importlib.import_module(FRAMEWORKS[name][1])
+        # optional in a check module: ``layer_unavailable(layer) -> str | None``
+        unavailable = getattr(module, "layer_unavailable", None)
+        runnable = []
+        for layer in layers:
+            why = unavailable(layer) if unavailable is not None else None
+            if why:
+                queue.put(("skip", f"{name} ({layer})", why))
+            else:
+                runnable.append(layer)
+        plan = [(scenario, layer) for scenario in module.scenarios()
+                if not only or scenario.fault in only for layer in runnable]
+        queue.put(("plan", len(plan)))
+        if store_url is not None:  # child processes open the same store
+            os.environ[STORE_ENV] = store_url
+        for scenario, layer in plan:
+            env = CheckEnv(workdir=Path(root) / f"{name}-{layer}", k=k, reps=reps,
+                           store_url=store_url if layer == "remit" else None)
+            env.workdir.mkdir(parents=True, exist_ok=True)
+            t0 = time.monotonic()
+            try:
+                cells = scenario.run(env, layer, module.LAYERS[layer])
+            except Exception as exc:  # a scenario that cannot run is an error cell, not a crash
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                cells = [CellResult(name, layer, scenario.fault, prop, "error", {},
+                                    f"could not run: {type(exc).__name__}: {first}",
+                                    detail=traceback.format_exc())
+                         for prop in scenario.properties]
+            for cell in cells:
+                cell.seconds = round(time.monotonic() - t0, 2)
+            queue.put(("cells", [asdict(c) for c in cells], f"{name} {layer} {scenario.fault}"))
+    except BaseException as exc:
+        queue.put(("fatal", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    finally:
+        queue.put(("done",))
 
 
 def _masked(url: str | None) -> str | None:
