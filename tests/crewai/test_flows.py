@@ -26,6 +26,7 @@ from remit_crewai import (
     StateValidationError,
     afork,
     durable,
+    effect,
     fork,
     fork_id,
     new_execution,
@@ -389,3 +390,35 @@ def test_an_opened_store_is_accepted(store_url: str, tmp_path: Path) -> None:
     assert store.get_checkpoint("shared-1") is not None
     rebuilt = RemitFlowPersistence.model_validate_json(backend.model_dump_json())
     assert rebuilt.store is store
+
+
+def test_conversational_flows_run_every_turn(store_url: str) -> None:
+    """A conversational flow runs its graph once per turn under one session id: each turn is
+    a new execution, with receipts of its own (no LLM: the router's default intent)."""
+    from crewai.flow.conversational import ConversationConfig, ConversationState, RouterConfig
+
+    backend = RemitFlowPersistence.from_url(store_url, lease=w.LEASE)
+    replies: list[str] = []
+
+    @effect(name="reply")
+    def reply(text: str) -> str:
+        replies.append(text)
+        return f"echo {text} #{len(replies)}"
+
+    @durable
+    @persist(backend)
+    @ConversationConfig(router=RouterConfig(default_intent="echo", fallback_intent="echo",
+                                            routes=["echo"]))
+    class Chat(Flow[ConversationState]):
+        _skip_auto_memory = True
+
+        @listen("echo")
+        def handle_echo(self) -> str:
+            """Echo the message."""
+            return reply(str(self.state.last_user_message))
+
+    assert Chat().handle_turn("hello", session_id="chat-1") == "echo hello #1"
+    assert Chat().handle_turn("again", session_id="chat-1") == "echo again #2"
+    assert replies == ["hello", "again"]
+    current = backend.epoch("chat-1")
+    assert current.number == 1 and current.finished
