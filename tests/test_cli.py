@@ -67,3 +67,21 @@ def test_migrate_unknown_framework_is_refused(capsys: pytest.CaptureFixture[str]
         main(["migrate", "autogen", "--from", "a", "--to", "b"])
     assert exc.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_check_skips_a_missing_framework_with_a_note(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A framework that is not installed is skipped with one line; with nothing checked the
+    exit status is 1 (nothing was shown to hold)."""
+    import importlib.util
+
+    from remit_core import check
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pydantic_graph" else real(name, *a))
+    assert check.available("pydantic-graph") == "pydantic-graph is not installed"
+    assert main(["check", "--framework", "pydantic-graph", "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "pydantic-graph: skipped (pydantic-graph is not installed)" in out
+    assert "nothing was checked" in out
