@@ -24,8 +24,10 @@ def cells(report: Report) -> dict[tuple[str, str, str], CellResult]:
 
 STOCK_VIOLATES = [("kill-after-effect", "EO"), ("k-resumes", "CO-k"), ("second-resume", "CO"),
                   ("invalid-state", "CV"), ("fork-twice", "FI/FD"), ("recover-twice", "RD")]
-STOCK_HOLDS = [("kill-after-effect", "PC"), ("kill-after-effect", "LV"),
-               ("kill-between-steps", "PC")]
+# LangGraph keeps node-level PC. (LV usually holds on the stock saver, which has no claim
+# to wait out, but not always: the resume value is written by a background thread, and a
+# SIGKILL under load can land before it is stored; the cell then says so.)
+STOCK_HOLDS = [("kill-after-effect", "PC"), ("kill-between-steps", "PC")]
 
 
 @pytest.mark.slow
@@ -36,7 +38,7 @@ def test_matrix_on_sqlite() -> None:
     assert report.ok, [c for c in report.cells if c.layer == "remit" and not c.holds]
     for fault, prop in STOCK_VIOLATES:
         assert got["stock", fault, prop].verdict == "violated", got["stock", fault, prop]
-    for fault, prop in STOCK_HOLDS:  # LangGraph keeps node-level PC; no claim to wait out
+    for fault, prop in STOCK_HOLDS:
         assert got["stock", fault, prop].verdict == "holds", got["stock", fault, prop]
     for c in report.cells:
         assert c.counts and c.summary, c
@@ -129,19 +131,19 @@ def test_the_fork_server_preload_starts_no_thread() -> None:
     assert out.stdout.strip() == "1"
 
 
-def test_a_missing_stock_saver_skips_the_layer_with_a_reason(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_stock_saver_is_a_one_line_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner skips a layer its check module names, with this reason (the runner's
+    own process imports the module afresh, so only the module's answer is tested here)."""
     import importlib.util
 
     real = importlib.util.find_spec
+    assert check.layer_unavailable("stock") is None  # installed in the dev environment
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "langgraph.checkpoint.sqlite"
                         else real(name, *a))
     assert check.layer_unavailable("stock") == check.STOCK_MISSING
     assert check.layer_unavailable("remit") is None
-    report = run_check(["langgraph"], k=2, reps=1, progress=False, only=["second-resume"])
-    assert report.skipped == {"langgraph (stock)": check.STOCK_MISSING}
-    assert [(c.layer, c.verdict) for c in report.cells] == [("remit", "holds")]
+    assert "\n" not in check.STOCK_MISSING
     assert "pip install 'remit-langgraph[check]'" in check.STOCK_MISSING
 
 

@@ -37,8 +37,11 @@ parks on ``interrupt()``, and with the answer calls the gated effect ``charge``)
   returned; ``invoke(None)`` in a fresh child. Then resume, SIGKILL the resumer
   right after ``charge`` (it holds remit's claim), and ``invoke(None)`` from fresh
   children until one finishes the run (remit: after the dead owner's lease).
-  EO counts effect calls (2 per rep is right), PC counts re-runs of ``a``, LV
-  whether the run finished with the claimed value.
+  EO counts effect calls (2 per rep is right), PC counts re-runs of ``a`` and
+  whether the first recovery went on from ``b``, LV whether the run finished
+  with the claimed value. (The stock saver has no claim to wait out, so LV
+  usually holds there; LangGraph stores the resume value from a background
+  thread, and a kill that lands before it is stored shows as a lost resume.)
 * ``kill-between-steps`` (PC): SIGKILL at the first line of ``c``, after ``b``'s
   writes are stored; recover; does ``b`` run again?
 * ``k-resumes`` (CO-k): k children, released by a barrier, each resume the parked
@@ -656,7 +659,7 @@ def _recover(r: Run, w: Worker, kind: str, thread: str) -> tuple[dict[str, Any],
 
 def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "kill-after-effect")
-    calls = reruns = finished = claimed_value = refused = not_reached = 0
+    calls = reruns = continued = claimed_value = refused = not_reached = 0
     notes: list[str] = []
     for rep in range(env.reps):
         thread = env.new_id("eo")
@@ -666,8 +669,9 @@ def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResul
         w, early = r.pool.crash("after-pay", inp=("start",), **args)
         not_reached += early is not None
         parked = w.call("run", inp=("none",), **args)
+        continued += parked["outcome"] == "ok" and bool(parked.get("parked"))
         if not parked.get("parked"):
-            notes.append(f"rep {rep}: recovery did not park again: {parked}")
+            notes.append(f"rep {rep}: recovery did not continue to b's interrupt: {parked}")
         # 3. resume; SIGKILL the resumer right after charge; 4. recover from fresh children
         w, early = r.pool.crash("after-charge", inp=("resume", value), **args)
         not_reached += early is not None
@@ -677,9 +681,11 @@ def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResul
         calls += count(entries, "effect ")
         reruns += count(entries, "enter a") - 1
         done = out["outcome"] == "ok" and not out.get("parked")
-        finished += done
         claimed_value += done and out["values"].get("x") == 2 + value
-        if not done:
+        if out.get("parked"):
+            notes.append(f"rep {rep}: recovery parked on interrupt() again: the resume value "
+                         "given to the killed resumer was lost")
+        elif not done:
             notes.append(f"rep {rep}: recovery ended with {out}")
     n = env.reps
     detail = "\n".join(notes)
@@ -690,10 +696,11 @@ def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResul
                {"effect_calls": calls, "effect_calls_declared": 2 * n, "kills": 2 * n,
                 "reps": n},
                f"2 effects fired {calls} times over {2 * n} kills in {n} reps", detail),
-        r.cell("PC", reruns == 0 and finished == n,
-               {"completed_node_reruns": reruns, "finished": finished, "reps": n},
-               f"completed node a re-ran {reruns} times; {finished} of {n} runs finished",
-               detail),
+        r.cell("PC", reruns == 0 and continued == n,
+               {"completed_node_reruns": reruns, "continued_at_frontier": continued,
+                "reps": n},
+               f"completed node a re-ran {reruns} times; recovery went on from b in "
+               f"{continued} of {n} reps", detail),
         r.cell("LV", claimed_value == n,
                {"finished_with_claimed_value": claimed_value, "recoveries_refused": refused,
                 "reps": n},
