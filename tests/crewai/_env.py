@@ -10,11 +10,17 @@ import tempfile
 HOME_VAR = "REMIT_CREWAI_TEST_HOME"
 
 
+#: the process that made the directory (it removes it when the test session ends)
+OWNER: int | None = None
+
+
 def isolate() -> str:
+    global OWNER
     home = os.environ.get(HOME_VAR)
     if not home:
         home = tempfile.mkdtemp(prefix="remit-crewai-")
         os.environ[HOME_VAR] = home
+        OWNER = os.getpid()
     for sub in ("home", "data", "cache", "config", "tmp", "storage"):
         os.makedirs(os.path.join(home, sub), exist_ok=True)
     os.environ.update({
