@@ -10,5 +10,5 @@ from tests.crewai import _env  # must run before crewai is imported
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the directory that held CrewAI's side files (and the tests' temporary files)."""
-    if _env.OWNER == os.getpid():
+    if os.getpid() == _env.OWNER:
         shutil.rmtree(os.environ[_env.HOME_VAR], ignore_errors=True)
