@@ -4,7 +4,9 @@ process and in every worker process (they inherit the environment)."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 HOME_VAR = "REMIT_CREWAI_TEST_HOME"
@@ -14,6 +16,11 @@ HOME_VAR = "REMIT_CREWAI_TEST_HOME"
 OWNER: int | None = None
 
 
+def _remove(home: str, owner: int) -> None:
+    if os.getpid() == owner:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def isolate() -> str:
     global OWNER
     home = os.environ.get(HOME_VAR)
@@ -21,6 +28,9 @@ def isolate() -> str:
         home = tempfile.mkdtemp(prefix="remit-crewai-")
         os.environ[HOME_VAR] = home
         OWNER = os.getpid()
+        # registered before anything else here uses the directory, so that it runs last
+        # (atexit is last in, first out): multiprocessing cleans its files in it first
+        atexit.register(_remove, home, OWNER)
     for sub in ("home", "data", "cache", "config", "tmp", "storage"):
         os.makedirs(os.path.join(home, sub), exist_ok=True)
     os.environ.update({

@@ -18,14 +18,11 @@ files) is not a ``FlowPersistence`` and remit does not use it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import multiprocessing as mp
 import os
 import shutil
-import signal
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -50,6 +47,16 @@ from remit_core.check import (  # noqa: E402
     load_factory,
     verdict,
 )
+from remit_core.check.harness import (  # noqa: E402
+    count,
+    forkserver,
+    hold,
+    lines,
+    note,
+    one_child,
+    quiet_children,
+)
+from remit_core.check.harness import crash as _crash_in  # noqa: E402
 
 FRAMEWORK = "crewai"
 LAYERS = {"stock": "remit_crewai.check:stock_persistence",
@@ -71,35 +78,14 @@ def remit_persistence(directory: str) -> FlowPersistence:
     return RemitFlowPersistence.from_url(url, lease=LEASE)
 
 
-def note(ledger: str, line: str) -> None:
-    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def lines(ledger: Path) -> list[str]:
-    try:
-        return ledger.read_text().splitlines()
-    except FileNotFoundError:
-        return []
-
-
-def count(entries: list[str], prefix: str) -> int:
-    return sum(e.startswith(prefix) for e in entries)
-
-
 # ================================================================================== flows
 
 _conn: Connection | None = None
 
 
 def _hang(state: Any, point: str) -> None:
-    if state.hang == point and _conn is not None:
-        _conn.send(point)
-        _conn.recv()  # the parent SIGKILLs this process here
+    if state.hang == point:
+        hold(_conn, point)
 
 
 @effect(name="check-charge")
@@ -276,50 +262,18 @@ def fork_flow(layer: Layer, d: str, source: str, remit: bool) -> tuple[str, dict
     return str(state.pop("id")), state
 
 
-if mp.parent_process() is not None:  # in the fork server and its children: no noise
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("remit").setLevel(logging.ERROR)
-    _null = os.open(os.devnull, os.O_WRONLY)  # CrewAI prints a panel per method
-    os.dup2(_null, 1)
-
-
 # ============================================================================= the parent
 
-CTX = mp.get_context("forkserver")
-CTX.set_forkserver_preload([__name__])
-
-
-def _pid(proc: Any) -> int:
-    pid = proc.pid
-    assert isinstance(pid, int) and pid > 0, "the child process was not started"
-    return pid
+CTX = forkserver(__name__)
+quiet_children()
 
 
 def _crash(target: Callable[..., Any], args: tuple[Any, ...], point: str) -> bool:
-    """Run ``target(*args, conn=...)`` in a child; SIGKILL it at ``point``."""
-    parent, child = CTX.Pipe()
-    proc = CTX.Process(target=target, args=args, kwargs={"conn": child})
-    proc.start()
-    child.close()
-    reached = False
-    try:
-        if parent.poll(WAIT):
-            with contextlib.suppress(EOFError):
-                reached = parent.recv() == point
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(_pid(proc), signal.SIGKILL)
-        proc.join(timeout=WAIT)
-    return reached
+    return _crash_in(CTX, target, args, point, WAIT)
 
 
-@contextlib.contextmanager
-def _pool() -> Iterator[Any]:
-    with CTX.Pool(1) as pool:
-        yield pool
+def _pool() -> Any:
+    return one_child(CTX)
 
 
 def _cell(layer: str, fault: str, prop: str, ok: bool, counts: dict[str, int],

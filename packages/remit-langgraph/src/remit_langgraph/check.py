@@ -73,7 +73,6 @@ import atexit
 import contextlib
 import inspect
 import logging
-import multiprocessing
 import os
 import shutil
 import signal
@@ -94,6 +93,7 @@ from pydantic import BaseModel
 
 from remit_core import effect
 from remit_core.check import STORE_ENV, CellResult, CheckEnv, Scenario, load_factory, verdict
+from remit_core.check.harness import count, forkserver, lines, note
 
 FRAMEWORK = "langgraph"
 LAYERS = {"stock": "remit_langgraph.check:stock_saver",
@@ -139,27 +139,6 @@ def layer_unavailable(layer: str) -> str | None:
 
 
 # ================================================================================= graphs
-
-
-def note(ledger: str, line: str) -> None:
-    """The oracle: one line per node entry and per real effect call, durable at once."""
-    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def lines(ledger: Path) -> list[str]:
-    try:
-        return ledger.read_text().splitlines()
-    except FileNotFoundError:
-        return []
-
-
-def count(entries: list[str], prefix: str) -> int:
-    return sum(e.startswith(prefix) for e in entries)
 
 
 class State(TypedDict):
@@ -583,16 +562,7 @@ _POOL: Pool | None = None
 
 
 def _context() -> Any:
-    """The forkserver context, with this module preloaded in the fork server (added to
-    what other adapters' check modules asked for, so one server serves them all)."""
-    ctx = multiprocessing.get_context("forkserver")
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    current = [m for m in getattr(server, "_preload_modules", None) or [] if m != "__main__"]
-    if __name__ not in current:
-        ctx.set_forkserver_preload([*current, __name__])
-    return ctx
+    return forkserver(__name__)
 
 
 def pool(k: int) -> Pool:

@@ -19,7 +19,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -31,6 +31,17 @@ from pydantic_graph.persistence import BaseStatePersistence
 
 from remit_core import ConsumeConflict, StateValidationError, effect
 from remit_core.check import STORE_ENV, CellResult, CheckEnv, Scenario, load_factory, verdict
+from remit_core.check.harness import (
+    count,
+    forkserver,
+    hold,
+    lines,
+    note,
+    one_child,
+    pid_of,
+    quiet_children,
+)
+from remit_core.check.harness import crash as _crash_in
 
 FRAMEWORK = "pydantic-graph"
 LAYERS = {"stock": "remit_pydantic_graph.check:stock_persistence",
@@ -50,26 +61,6 @@ def remit_persistence(directory: str, run_id: str) -> BaseStatePersistence[Any, 
 
     url = os.environ.get(STORE_ENV) or f"sqlite:///{directory}/remit.db"
     return RemitStatePersistence.from_url(url, run_id=run_id, lease=LEASE)
-
-
-def note(ledger: str, line: str) -> None:
-    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def lines(ledger: Path) -> list[str]:
-    try:
-        return ledger.read_text().splitlines()
-    except FileNotFoundError:
-        return []
-
-
-def count(entries: list[str], prefix: str) -> int:
-    return sum(e.startswith(prefix) for e in entries)
 
 
 # ================================================================================ graphs
@@ -95,9 +86,8 @@ def charge(ledger: str, amount: int, *, idempotency_key: str = "") -> str:
 
 
 def _hang(deps: Deps, point: str) -> None:
-    if deps.hang == point and deps.conn is not None:
-        deps.conn.send(point)
-        deps.conn.recv()  # the parent SIGKILLs this process here
+    if deps.hang == point:
+        hold(deps.conn, point)
 
 
 @dataclass
@@ -349,46 +339,16 @@ def fork_and_finish(factory: Layer, d: str, source: str, target: str, ledger: st
 
 # ============================================================================ the parent
 
-CTX = mp.get_context("forkserver")
-CTX.set_forkserver_preload([__name__])
-
-if mp.parent_process() is not None:  # in the fork server and its children: no noise
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("remit").setLevel(logging.ERROR)
-
-
-def _pid(proc: Any) -> int:
-    pid = proc.pid
-    assert isinstance(pid, int) and pid > 0, "the child process was not started"
-    return pid
+CTX = forkserver(__name__)
+quiet_children()
 
 
 def _crash(target: Callable[..., Any], args: tuple[Any, ...], point: str) -> bool:
-    """Run ``target(*args, conn=...)`` in a child; SIGKILL it at ``point``. Returns whether
-    the child reached the point (else it finished or died on its own)."""
-    parent, child = CTX.Pipe()
-    proc = CTX.Process(target=target, args=args, kwargs={"conn": child})
-    proc.start()
-    child.close()
-    reached = False
-    try:
-        if parent.poll(WAIT):
-            with contextlib.suppress(EOFError):
-                reached = parent.recv() == point
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(_pid(proc), signal.SIGKILL)
-        proc.join(timeout=WAIT)
-    return reached
+    return _crash_in(CTX, target, args, point, WAIT)
 
 
-@contextlib.contextmanager
-def _pool() -> Iterator[Any]:
-    with CTX.Pool(1) as pool:
-        yield pool
+def _pool() -> Any:
+    return one_child(CTX)
 
 
 def _cell(env: CheckEnv, layer: str, fault: str, prop: str, ok: bool,
@@ -460,7 +420,7 @@ def kill_during_write(env: CheckEnv, layer: str, factory: str) -> list[CellResul
                 seen += 1
         finally:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(_pid(proc), signal.SIGKILL)
+                os.kill(pid_of(proc), signal.SIGKILL)
             proc.join(timeout=WAIT)
         with _pool() as pool:
             history = pool.apply(load_history, (lay, str(d), run_id, "bulk"))
