@@ -8,6 +8,11 @@
 
 A backend whose server is unreachable is skipped with a one-line reason, unless
 REMIT_REQUIRE_SERVICES=1, which turns the skip into a failure.
+
+REMIT_BACKENDS (a comma list, default "sqlite,postgres,redis") restricts the backends:
+tests parametrized over an excluded backend are deselected, and tests that need an
+excluded server (``pg_base_url``, ``redis_server``) are skipped. Tests that use no
+backend still run. The nox sessions (noxfile.py) run one backend each this way.
 """
 
 from __future__ import annotations
@@ -28,7 +33,63 @@ REQUIRE = os.environ.get("REMIT_REQUIRE_SERVICES") == "1"
 PG_URL = os.environ.get("REMIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_SHARED = os.environ.get("REMIT_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
-BACKENDS = ["sqlite", "postgres", "redis"]
+ALL_BACKENDS = ("sqlite", "postgres", "redis")
+
+
+def _backends_from_env() -> list[str]:
+    raw = os.environ.get("REMIT_BACKENDS", "")
+    chosen = [b.strip() for b in raw.split(",") if b.strip()] or list(ALL_BACKENDS)
+    unknown = sorted(set(chosen) - set(ALL_BACKENDS))
+    if unknown:
+        raise pytest.UsageError(
+            f"REMIT_BACKENDS: unknown backend(s) {', '.join(unknown)}; "
+            f"choose from {', '.join(ALL_BACKENDS)}")
+    return [b for b in ALL_BACKENDS if b in chosen]
+
+
+BACKENDS = _backends_from_env()
+
+
+def excluded(backend: str) -> None:
+    """Skip a test that needs a backend REMIT_BACKENDS leaves out (never a failure)."""
+    if backend not in BACKENDS:
+        pytest.skip(f"{backend} is not in REMIT_BACKENDS={','.join(BACKENDS)}")
+
+
+#: run the adapters' slow crash and race tests on every backend (the nox sessions do, by
+#: naming their backend); the default run keeps them on SQLite to stay within CI's time
+FULL = os.environ.get("REMIT_FULL") == "1" or bool(os.environ.get("REMIT_BACKENDS"))
+ADAPTER_DIRS = ("langgraph", "crewai", "pydantic_graph")
+
+
+def _slow_adapter_test_on_a_server(item: pytest.Item, backend: str | None) -> bool:
+    return (not FULL and backend in ("postgres", "redis")
+            and item.get_closest_marker("slow") is not None
+            and item.path.parent.name in ADAPTER_DIRS)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if FULL:
+        return f"remit: backends {','.join(BACKENDS)}, every test"
+    return ("remit: the adapters' slow crash and race tests run on SQLite here; "
+            "REMIT_FULL=1 (or a nox session) runs them on PostgreSQL and Redis too")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect tests parametrized (directly or indirectly) over an excluded backend, and,
+    unless FULL, the adapters' slow tests on the server backends (the core's store, race
+    and restart tests always run on every backend)."""
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        backend = params.get("backend")
+        out = (backend is not None and backend not in BACKENDS) or \
+            _slow_adapter_test_on_a_server(item, backend)
+        (drop if out else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def unavailable(reason: str) -> None:
@@ -72,6 +133,7 @@ def _pg_reachable() -> str | None:
 
 @pytest.fixture(scope="session")
 def pg_base_url() -> str:
+    excluded("postgres")
     reason = _pg_reachable()
     if reason:
         unavailable(reason)
@@ -91,6 +153,7 @@ def _drop_pg_schema(schema: str) -> None:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[str]:
     """A private Redis with AOF (appendfsync always) for this test session."""
+    excluded("redis")
     binary = shutil.which("redis-server")
     if binary is None:
         unavailable("redis-server is not installed")
