@@ -1,0 +1,132 @@
+"""The version matrix: one session per adapter, framework release and backend.
+
+    uv run nox -l
+    uv run nox -s "langgraph(version='1.0.0', store='postgres')"
+"""
+
+# Each session makes a fresh uv venv under .nox/, installs remit-core[postgres,redis] and
+# the adapter from this checkout (editable), the pinned framework release and the test
+# tools, and runs pytest on the adapter's test directory with one backend
+# (REMIT_BACKENDS=<store>) and REMIT_REQUIRE_SERVICES=1, so an unreachable PostgreSQL or
+# Redis fails the session instead of skipping. "The newest" release of each framework is
+# the one in uv.lock, read from there. The full matrix is run by hand (README.md, "The
+# version matrix"); CI runs .ci/run, not nox.
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.error_on_missing_interpreters = True
+# `nox` without -s runs nothing (it lists the sessions): the default CI is .ci/run, and
+# the whole matrix (crewai installs ~1 GB per venv) is run by hand, one session at a time.
+nox.options.sessions = []
+
+PYTHON = "3.11"  # the oldest Python remit supports (requires-python >= 3.11)
+STORES = ["sqlite", "postgres", "redis"]
+
+ROOT = Path(__file__).parent
+LOCKED: dict[str, str] = {
+    package["name"]: package["version"]
+    for package in tomllib.loads((ROOT / "uv.lock").read_text())["package"]
+    if "version" in package
+}
+
+
+def locked(*names: str) -> list[str]:
+    """``name==version`` pins for packages at their uv.lock version."""
+    return [f"{name}=={LOCKED[name]}" for name in names]
+
+
+# The test tools every session installs, at the uv.lock versions (they are not what the
+# matrix varies).
+TEST_TOOLS = locked("pytest", "pytest-timeout", "hypothesis")
+
+# ------------------------------------------------------------------------------ langgraph
+
+# The stock savers are needed by tests/langgraph (remit migrate, remit check) and the
+# conformance suite by tests/langgraph/test_conformance.py.
+LANGGRAPH_STOCK = ["langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres"]
+LANGGRAPH: dict[str, list[str]] = {
+    # The oldest langgraph remit-langgraph allows (langgraph>=1.0), with the oldest
+    # langgraph-checkpoint line it allows (2.1.x; 2.1.2 is its last release) and the
+    # newest stock savers that accept langgraph-checkpoint 2.1.x. The conformance suite
+    # (0.0.2 needs only langgraph-checkpoint>=2.0) installs and passes FULL here, so no
+    # test module is deselected for this version.
+    "1.0.0": [
+        "langgraph==1.0.0",
+        "langgraph-checkpoint==2.1.2",
+        "langgraph-checkpoint-sqlite==2.0.11",
+        "langgraph-checkpoint-postgres==3.0.5",
+        "langgraph-checkpoint-conformance==0.0.2",
+    ],
+    # A middle release; langgraph-checkpoint and the savers resolve to the newest that fit.
+    "1.2.9": ["langgraph==1.2.9", *LANGGRAPH_STOCK, "langgraph-checkpoint-conformance"],
+    # The newest: the whole family at the uv.lock versions.
+    LOCKED["langgraph"]: locked(
+        "langgraph", "langgraph-checkpoint", *LANGGRAPH_STOCK,
+        "langgraph-checkpoint-conformance",
+    ),
+}
+
+# ------------------------------------------------------------------------------- crewai
+
+CREWAI: dict[str, list[str]] = {
+    # The oldest release with the flow persistence API remit-crewai uses (crewai>=1.15;
+    # 1.15.1 is yanked).
+    "1.15.0": ["crewai==1.15.0"],
+    LOCKED["crewai"]: locked("crewai"),
+}
+
+# ----------------------------------------------------------------------- pydantic-graph
+
+PYDANTIC_GRAPH: dict[str, list[str]] = {
+    "1.0.0": ["pydantic-graph==1.0.0"],
+    LOCKED["pydantic-graph"]: locked("pydantic-graph"),
+}
+
+
+def matrix(versions: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """(version, store) for every version and backend: one parametrize over both, so the
+    names read ``adapter(version='...', store='...')`` and list version by version."""
+    return [(version, store) for version in versions for store in STORES]
+
+
+def run_adapter(session: nox.Session, package: str, tests: str, framework: list[str],
+                store: str) -> None:
+    session.install(
+        "-e", "shared[postgres,redis]",
+        "-e", f"packages/{package}",
+        *framework,
+        *TEST_TOOLS,
+    )
+    session.run("uv", "pip", "list", external=True)  # the versions, for the README table
+    session.run(
+        "pytest", tests, *session.posargs,
+        env={"REMIT_REQUIRE_SERVICES": "1", "REMIT_BACKENDS": store},
+    )
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize(("version", "store"), matrix(LANGGRAPH))
+def langgraph(session: nox.Session, version: str, store: str) -> None:
+    """remit-langgraph on one langgraph release and one backend."""
+    run_adapter(session, "remit-langgraph", "tests/langgraph", LANGGRAPH[version], store)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize(("version", "store"), matrix(CREWAI))
+def crewai(session: nox.Session, version: str, store: str) -> None:
+    """remit-crewai on one crewai release and one backend."""
+    run_adapter(session, "remit-crewai", "tests/crewai", CREWAI[version], store)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize(("version", "store"), matrix(PYDANTIC_GRAPH))
+def pydantic_graph(session: nox.Session, version: str, store: str) -> None:
+    """remit-pydantic-graph on one pydantic-graph release and one backend."""
+    run_adapter(session, "remit-pydantic-graph", "tests/pydantic_graph",
+                PYDANTIC_GRAPH[version], store)
