@@ -406,8 +406,10 @@ def derived_checkpoint_id(loop: Any, parent: Checkpoint, channels: Mapping[str, 
     metadata = getattr(loop, "checkpoint_metadata", None) or {}
     if metadata.get("source") != "loop" or metadata.get("step") != step:
         return None
-    if _DeltaChannel is not None and channels is not None and any(
-            isinstance(ch, _DeltaChannel) for ch in channels.values()):
+    # one issubclass per channel type, not an ABC isinstance per channel: a graph has a
+    # channel per node and per edge, and this runs at every step
+    if _DeltaChannel is not None and any(
+            issubclass(t, _DeltaChannel) for t in {type(ch) for ch in channels.values()}):
         return None
     saver, thread_id, ns = run
     try:

@@ -99,8 +99,26 @@ class Store(ABC):
         return f"<{type(self).__name__} {self.url}>"
 
     def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run one atomic backend operation with bounded retries on transient errors."""
-        return retrying(self._is_transient, self.url)(fn, *args, **kwargs)
+        """Run one atomic backend operation with bounded retries on transient errors.
+
+        The first attempt runs directly: building and entering a tenacity policy costs
+        tens of microseconds, a good part of a fast operation. After a transient failure
+        the policy takes over *from that failure* (it sees the first attempt fail), so
+        the attempts, waits and log lines are those of a policy that made every attempt.
+        """
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not self._is_transient(exc):
+                raise
+            failed: list[BaseException] = [exc]
+
+        def attempt(*a: P.args, **k: P.kwargs) -> T:
+            if failed:
+                raise failed.pop()
+            return fn(*a, **k)
+
+        return retrying(self._is_transient, self.url)(attempt, *args, **kwargs)
 
     # ================================================================================ checkpoints
 
@@ -133,6 +151,9 @@ class Store(ABC):
         * ``exclusive_child`` (CO): refuse with :class:`ConsumeConflict` when another
           checkpoint of the same ``kind`` already has this ``parent_id``; one parent
           gets one successor of a kind, whoever writes first.
+
+        Returns the checkpoint with its ``seq``; its ``data``, ``metadata`` and ``values``
+        are the objects given, not copies decoded from the store.
         """
         if validate is not None:
             validate()
@@ -169,7 +190,14 @@ class Store(ABC):
                 step=checkpoint_id,
                 owner=conflict,
             )
-        return self._checkpoint(row, seq, {c: v for c, (_, v) in new_values.items()}, [])
+        # data, metadata and values are returned as given: decoding what was just encoded
+        # would cost as much again as the encoding (LangGraph's data grows with the graph)
+        return Checkpoint(
+            run_id=run_id, ns=ns, checkpoint_id=checkpoint_id, seq=seq, parent_id=parent_id,
+            kind=kind, execution_id=execution_id, data=data, metadata=metadata,
+            versions=row.versions, values={c: v for c, (_, v) in new_values.items()},
+            created_at=row.created_at, writes=[],
+        )
 
     def get_checkpoint(
         self, run_id: str, checkpoint_id: str | None = None, *, ns: str = "", with_writes: bool = True
@@ -652,6 +680,10 @@ class _LeaseKeeper:
         self._next = 0
         self._cond = threading.Condition()
         self._stopped = False
+        # when the loop will wake up by itself (monotonic), 0.0 while it is awake: add()
+        # wakes it only for an item due earlier, so that a short keep_alive block (an
+        # effect, a node) costs no thread switch
+        self._wake_at = 0.0
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._loop, name="remit-lease-keeper", daemon=True)
         self._thread.start()
@@ -664,8 +696,10 @@ class _LeaseKeeper:
 
         with self._cond:
             self._next += 1
-            self._items[self._next] = (renew, period, time.monotonic() + period)
-            self._cond.notify()
+            due = time.monotonic() + period
+            self._items[self._next] = (renew, period, due)
+            if due < self._wake_at:
+                self._cond.notify()
             return self._next
 
     def remove(self, token: int) -> None:
@@ -690,7 +724,9 @@ class _LeaseKeeper:
                     self._items[t] = (fn, p, now + p)
                 if not due:
                     nxt = min((at for _, _, at in self._items.values()), default=now + 1.0)
+                    self._wake_at = nxt
                     self._cond.wait(timeout=max(0.0, nxt - now))
+                    self._wake_at = 0.0
                     continue
             for t, fn, _ in due:
                 try:

@@ -241,12 +241,16 @@ class PostgresStore(Store):
         self._rc = f"{q}.remit_receipts"
         self._cl = f"{q}.remit_claims"
         # Checkpoint rows joined with the blob of each channel at its version: one statement
-        # (jsonb_each_text over versions, as the SQLite backend does with json_each).
+        # (jsonb_each_text over versions, as the SQLite backend does with json_each). Each
+        # blob is its own primary-key lookup: the LIMIT keeps the planner from flattening
+        # the lateral subquery into a hash join over a sequential scan of remit_blobs, whose
+        # cost grows with every run's history.
         self._ck_select = (
             f"SELECT {_CK_COLS}, b.channels, b.vals FROM {self._ck} AS c "
             "CROSS JOIN LATERAL (SELECT array_agg(j.key) AS channels, array_agg(bl.value) AS vals "
-            f"FROM jsonb_each_text(c.versions) AS j JOIN {self._bl} AS bl ON bl.run_id = c.run_id "
-            "AND bl.ns = c.ns AND bl.channel = j.key AND bl.version = j.value) AS b"
+            "FROM jsonb_each_text(c.versions) AS j CROSS JOIN LATERAL (SELECT x.value "
+            f"FROM {self._bl} AS x WHERE x.run_id = c.run_id AND x.ns = c.ns "
+            "AND x.channel = j.key AND x.version = j.value LIMIT 1) AS bl) AS b"
         )
         self._lock = threading.Lock()
         self._closed = False
@@ -725,22 +729,54 @@ class PostgresStore(Store):
 
     # -------------------------------------------------------------------------------- receipts
 
+    def _insert_receipt(self, conn: Conn, key: str, run_id: str, step: str, name: str,
+                        ordinal: int, owner: str, lease: float) -> ReceiptRow | None:
+        """none -> run: the new started row, or None when the key exists. A concurrent
+        inserter of the same key makes this wait for its commit and then do nothing."""
+        r = conn.execute(
+            f"INSERT INTO {self._rc} (key, run_id, step, name, ordinal, status, owner, "
+            "fence, lease_until, started_at, attempt) "
+            "SELECT %s::text, %s::text, %s::text, %s::text, %s::int4, 'started', "
+            f"%s::text, 1, t + %s::float8, t, 1 FROM (SELECT {NOW} AS t) AS n "
+            f"ON CONFLICT (key) DO NOTHING RETURNING {_RC_COLS}",
+            (key, run_id, step, name, ordinal, owner, lease)).fetchone()
+        return None if r is None else _rc(r)
+
     def _start_receipt(self, key: str, run_id: str, step: str, name: str, ordinal: int,
                        owner: str, lease: float, may_take_over: bool
                        ) -> tuple[ReceiptOutcome, ReceiptRow]:
+        # The outcomes that write nothing (and ``run`` on a new key, one atomic INSERT) are
+        # decided in autocommit, without BEGIN/COMMIT and a row lock: one round trip for a
+        # first call, two for a replay. Deciding a read-only outcome on the committed row
+        # orders this call before any concurrent change of it, as a lock would order it
+        # after. Only a take-over, which writes, goes through the locked transaction.
+        with self._conn() as conn:
+            row = self._insert_receipt(conn, key, run_id, step, name, ordinal, owner, lease)
+            if row is not None:
+                return "run", row
+            r = conn.execute(f"SELECT {_RC_COLS}, {NOW} FROM {self._rc} WHERE key = %s",
+                             (key,)).fetchone()
+        if r is not None:
+            cur, now = _rc(r), float(r[13])
+            if cur.status == "completed":
+                return "done", cur
+            if cur.owner == owner:
+                return "run", cur
+            if cur.lease_until > now:
+                return "busy", cur
+            if not may_take_over:
+                return "in_doubt", cur
+        return self._start_receipt_locked(key, run_id, step, name, ordinal, owner, lease,
+                                          may_take_over)
+
+    def _start_receipt_locked(self, key: str, run_id: str, step: str, name: str, ordinal: int,
+                              owner: str, lease: float, may_take_over: bool
+                              ) -> tuple[ReceiptOutcome, ReceiptRow]:
         with self._tx() as conn:
             while True:
-                # none -> run. A concurrent inserter of the same key makes this wait for its
-                # commit and then do nothing; the row lock below decides the rest.
-                r = conn.execute(
-                    f"INSERT INTO {self._rc} (key, run_id, step, name, ordinal, status, owner, "
-                    "fence, lease_until, started_at, attempt) "
-                    "SELECT %s::text, %s::text, %s::text, %s::text, %s::int4, 'started', "
-                    f"%s::text, 1, t + %s::float8, t, 1 FROM (SELECT {NOW} AS t) AS n "
-                    f"ON CONFLICT (key) DO NOTHING RETURNING {_RC_COLS}",
-                    (key, run_id, step, name, ordinal, owner, lease)).fetchone()
-                if r is not None:
-                    return "run", _rc(r)
+                row = self._insert_receipt(conn, key, run_id, step, name, ordinal, owner, lease)
+                if row is not None:
+                    return "run", row
                 # now is read with the row; if this waited for the lock, now may be a little
                 # early, which can only make a lease look live longer (busy, never a wrong
                 # take-over).
@@ -813,20 +849,51 @@ class PostgresStore(Store):
 
     # ---------------------------------------------------------------------------------- claims
 
+    def _insert_claim(self, conn: Conn, key: str, run_id: str, owner: str, lease: float,
+                      digest: str | None, value: bytes | None) -> ClaimRow | None:
+        """none -> won: the new claimed row, or None when the key exists (16 racers: one
+        inserts, the others wait for its commit and then do nothing)."""
+        r = conn.execute(
+            f"INSERT INTO {self._cl} (key, run_id, status, owner, fence, lease_until, "
+            "digest, value, claimed_at) SELECT %s::text, %s::text, 'claimed', %s::text, "
+            f"1, t + %s::float8, %s::text, %s::bytea, t FROM (SELECT {NOW} AS t) AS n "
+            f"ON CONFLICT (key) DO NOTHING RETURNING {_CL_COLS}",
+            (key, run_id, owner, lease, digest, value)).fetchone()
+        return None if r is None else _cl(r)
+
     def _claim(self, key: str, run_id: str, owner: str, lease: float, digest: str | None,
                value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
+        # As in _start_receipt: ``won`` on a new key is one atomic INSERT, and the outcomes
+        # that write nothing (consumed, reentered, held, mismatch) are decided on the
+        # committed row without a row lock, so k racers for one key do not queue on it
+        # (one round trip for the winner, two for each loser). Re-claiming a released
+        # claim and taking over an expired one write, under the lock.
+        with self._conn() as conn:
+            row = self._insert_claim(conn, key, run_id, owner, lease, digest, value)
+            if row is not None:
+                return "won", row
+            r = conn.execute(f"SELECT {_CL_COLS}, {NOW} FROM {self._cl} WHERE key = %s",
+                             (key,)).fetchone()
+        if r is not None:
+            cur, now = _cl(r), float(r[10])
+            if cur.status == "consumed":
+                return "consumed", cur
+            if cur.status == "claimed":
+                if cur.owner == owner:
+                    return "reentered", cur
+                if cur.lease_until > now:
+                    return "held", cur
+                if digest is not None and cur.digest is not None and digest != cur.digest:
+                    return "mismatch", cur
+        return self._claim_locked(key, run_id, owner, lease, digest, value)
+
+    def _claim_locked(self, key: str, run_id: str, owner: str, lease: float,
+                      digest: str | None, value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
         with self._tx() as conn:
             while True:
-                # none -> won (16 racers: one inserts, the others wait for its commit and
-                # then find its row below, under a row lock).
-                r = conn.execute(
-                    f"INSERT INTO {self._cl} (key, run_id, status, owner, fence, lease_until, "
-                    "digest, value, claimed_at) SELECT %s::text, %s::text, 'claimed', %s::text, "
-                    f"1, t + %s::float8, %s::text, %s::bytea, t FROM (SELECT {NOW} AS t) AS n "
-                    f"ON CONFLICT (key) DO NOTHING RETURNING {_CL_COLS}",
-                    (key, run_id, owner, lease, digest, value)).fetchone()
-                if r is not None:
-                    return "won", _cl(r)
+                row = self._insert_claim(conn, key, run_id, owner, lease, digest, value)
+                if row is not None:
+                    return "won", row
                 r = conn.execute(
                     f"SELECT {_CL_COLS}, {NOW} FROM {self._cl} WHERE key = %s FOR UPDATE",
                     (key,)).fetchone()

@@ -125,9 +125,12 @@ _RC_COLS = ("key, run_id, step, name, ordinal, status, owner, fence, lease_until
             "completed_at, result, attempt")
 _CL_COLS = ("key, run_id, status, owner, fence, lease_until, digest, value, claimed_at, "
             "consumed_at")
+# CROSS JOIN makes SQLite's planner keep json_each as the outer loop, so each blob is one
+# primary-key lookup. With a plain JOIN it may scan the run's blobs instead (the whole
+# history) and read the latest checkpoint in time linear in the history's length.
 _BLOBS_OF = """
-    SELECT j.key, b.value FROM json_each(?) AS j
-    JOIN remit_blobs AS b ON b.run_id = ? AND b.ns = ? AND b.channel = j.key AND b.version = j.value
+    SELECT j.key, b.value FROM json_each(?) AS j CROSS JOIN remit_blobs AS b
+    ON b.run_id = ? AND b.ns = ? AND b.channel = j.key AND b.version = j.value
 """
 
 
@@ -162,6 +165,8 @@ class SqliteStore(Store):
         self._memory_conn: sqlite3.Connection | None = None
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
+        self._wlock = threading.Lock()
+        self._wlock_pid = os.getpid()
         self._migrate()
 
     @classmethod
@@ -237,9 +242,24 @@ class SqliteStore(Store):
             self._local.pid = os.getpid()
         return conn
 
+    def _writer_lock(self) -> threading.Lock:
+        """Serialises this process's write transactions on a file store.
+
+        SQLite lets one writer in at a time anyway; without this lock, a second thread
+        of this process (LangGraph writes a step's checkpoint and its tasks' writes from
+        two threads) would wait for the first in SQLite's busy handler, which sleeps
+        in steps of milliseconds, while a lock hands over at once. Other processes
+        still wait in the busy handler. A forked child gets a fresh lock (another thread
+        may have held the parent's at the fork)."""
+        if self._wlock_pid != os.getpid():
+            self._wlock = threading.Lock()
+            self._wlock_pid = os.getpid()
+        return self._wlock
+
     @contextlib.contextmanager
     def _tx(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        lock = self._memory_lock or contextlib.nullcontext()
+        lock: contextlib.AbstractContextManager[Any] = (
+            self._memory_lock or (self._writer_lock() if write else contextlib.nullcontext()))
         with lock:
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
