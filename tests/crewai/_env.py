@@ -33,6 +33,10 @@ def isolate() -> str:
         atexit.register(_remove, home, OWNER)
     for sub in ("home", "data", "cache", "config", "tmp", "storage"):
         os.makedirs(os.path.join(home, sub), exist_ok=True)
+    # TMPDIR moves here for the whole test session: other users must still reach the
+    # temporary files tests make for them (the private PostgreSQL runs as "postgres")
+    os.chmod(home, 0o755)
+    os.chmod(os.path.join(home, "tmp"), 0o1777)
     os.environ.update({
         "HOME": os.path.join(home, "home"),
         "XDG_DATA_HOME": os.path.join(home, "data"),
