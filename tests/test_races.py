@@ -101,8 +101,11 @@ def _spawn_and_wait(target: Any, *args: Any) -> tuple[Any, Any, Any]:
     return proc, parent, parent.recv()
 
 
-def _kill(proc: Any) -> None:
+def _kill(proc: Any, conn: Any) -> None:
+    """SIGKILL the child. ``conn``, the parent's end of its pipe, is kept open until then:
+    a child that read EOF would leave its kill point on its own."""
     os.kill(proc.pid, signal.SIGKILL)
+    conn.close()
     proc.join(timeout=30)
     assert proc.exitcode == -signal.SIGKILL
 
@@ -110,9 +113,9 @@ def _kill(proc: Any) -> None:
 @pytest.mark.slow
 def test_owner_dies_holding_claim(store_url: str) -> None:
     open_store(store_url).close()
-    proc, _, (_, dead_owner, fence) = _spawn_and_wait(
+    proc, conn, (_, dead_owner, fence) = _spawn_and_wait(
         workers.die_holding_claim, store_url, "gate", {"answer": 42})
-    _kill(proc)
+    _kill(proc, conn)
     with open_store(store_url) as s:
         from remit_core import ConsumeConflict
 
@@ -140,9 +143,9 @@ def test_owner_dies_holding_claim(store_url: str) -> None:
 def test_owner_dies_inside_effect(store_url: str, tmp_path: Path, with_key: bool) -> None:
     open_store(store_url).close()
     ledger = tmp_path / "ledger.txt"
-    proc, _, (_, key) = _spawn_and_wait(workers.die_inside_effect, store_url, str(ledger),
+    proc, conn, (_, key) = _spawn_and_wait(workers.die_inside_effect, store_url, str(ledger),
                                         with_key)
-    _kill(proc)
+    _kill(proc, conn)
     with CTX.Pool(1) as pool:
         # a fresh process; the effect's lease (1 s) expires while it waits (bounded wait)
         verdict, value = pool.apply(workers.recover_effect, (store_url, str(ledger), with_key))
