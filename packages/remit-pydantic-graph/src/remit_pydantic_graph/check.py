@@ -267,7 +267,11 @@ def load_history(factory: Layer, d: str, run_id: str, graph: str = "order") -> t
 def answer_racer(factory: Layer, d: str, run_id: str, ledger: str, answer: str,
                  barrier: Any, results: Any) -> None:
     barrier.wait()
-    results.put(deliver_answer(factory, d, run_id, ledger, answer))
+    try:
+        out = deliver_answer(factory, d, run_id, ledger, answer)
+    except Exception as exc:
+        out = f"error {type(exc).__name__}"
+    results.put(out)
 
 
 def deliver_answer(factory: Layer, d: str, run_id: str, ledger: str, answer: str) -> str:
