@@ -757,15 +757,10 @@ class PostgresStore(Store):
             r = conn.execute(f"SELECT {_RC_COLS}, {NOW} FROM {self._rc} WHERE key = %s",
                              (key,)).fetchone()
         if r is not None:
-            cur, now = _rc(r), float(r[13])
-            if cur.status == "completed":
-                return "done", cur
-            if cur.owner == owner:
-                return "run", cur
-            if cur.lease_until > now:
-                return "busy", cur
-            if not may_take_over:
-                return "in_doubt", cur
+            cur = _rc(r)
+            outcome = _receipt_verdict(cur, float(r[13]), owner, may_take_over)
+            if outcome is not None:
+                return outcome, cur
         return self._start_receipt_locked(key, run_id, step, name, ordinal, owner, lease,
                                           may_take_over)
 
@@ -786,15 +781,10 @@ class PostgresStore(Store):
                 if r is not None:
                     break
                 # released or reset between the two statements: insert again
-            cur, now = _rc(r), float(r[13])
-            if cur.status == "completed":
-                return "done", cur
-            if cur.owner == owner:
-                return "run", cur
-            if cur.lease_until > now:
-                return "busy", cur
-            if not may_take_over:
-                return "in_doubt", cur
+            cur = _rc(r)
+            outcome = _receipt_verdict(cur, float(r[13]), owner, may_take_over)
+            if outcome is not None:
+                return outcome, cur
             r = conn.execute(
                 f"UPDATE {self._rc} SET owner = %s, fence = fence + 1, attempt = attempt + 1, "
                 f"lease_until = {NOW} + %s WHERE key = %s RETURNING {_RC_COLS}",
@@ -875,16 +865,13 @@ class PostgresStore(Store):
             r = conn.execute(f"SELECT {_CL_COLS}, {NOW} FROM {self._cl} WHERE key = %s",
                              (key,)).fetchone()
         if r is not None:
-            cur, now = _cl(r), float(r[10])
+            cur = _cl(r)
             if cur.status == "consumed":
                 return "consumed", cur
             if cur.status == "claimed":
-                if cur.owner == owner:
-                    return "reentered", cur
-                if cur.lease_until > now:
-                    return "held", cur
-                if digest is not None and cur.digest is not None and digest != cur.digest:
-                    return "mismatch", cur
+                outcome = _held_claim_verdict(cur, float(r[10]), owner, digest)
+                if outcome is not None:
+                    return outcome, cur
         return self._claim_locked(key, run_id, owner, lease, digest, value)
 
     def _claim_locked(self, key: str, run_id: str, owner: str, lease: float,
@@ -910,12 +897,9 @@ class PostgresStore(Store):
                     (owner, lease, digest, value, key)).fetchone()
                 assert r is not None
                 return "won", _cl(r)
-            if cur.owner == owner:
-                return "reentered", cur
-            if cur.lease_until > now:
-                return "held", cur
-            if digest is not None and cur.digest is not None and digest != cur.digest:
-                return "mismatch", cur
+            outcome = _held_claim_verdict(cur, now, owner, digest)
+            if outcome is not None:
+                return outcome, cur
             r = conn.execute(
                 f"UPDATE {self._cl} SET owner = %s, fence = fence + 1, lease_until = {NOW} + %s "
                 f"WHERE key = %s RETURNING {_CL_COLS}", (owner, lease, key)).fetchone()
@@ -967,3 +951,30 @@ class PostgresStore(Store):
             rows = conn.execute(f"SELECT {_CL_COLS} FROM {self._cl}{where} "
                                 'ORDER BY claimed_at, key COLLATE "C"', args).fetchall()
         return [_cl(r) for r in rows]
+
+
+def _receipt_verdict(cur: ReceiptRow, now: float, owner: str,
+                     may_take_over: bool) -> ReceiptOutcome | None:
+    """The outcome for an existing receipt that writes nothing; None: take it over."""
+    if cur.status == "completed":
+        return "done"
+    if cur.owner == owner:
+        return "run"
+    if cur.lease_until > now:
+        return "busy"
+    if not may_take_over:
+        return "in_doubt"
+    return None
+
+
+def _held_claim_verdict(cur: ClaimRow, now: float, owner: str,
+                        digest: str | None) -> ClaimOutcome | None:
+    """The outcome for a claimed (not released, not consumed) slot that writes nothing;
+    None: take it over."""
+    if cur.owner == owner:
+        return "reentered"
+    if cur.lease_until > now:
+        return "held"
+    if digest is not None and cur.digest is not None and digest != cur.digest:
+        return "mismatch"
+    return None
