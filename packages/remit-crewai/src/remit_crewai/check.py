@@ -40,14 +40,13 @@ from pydantic import BaseModel  # noqa: E402
 
 from remit_core import ConsumeConflict, StateValidationError, effect  # noqa: E402
 from remit_core.check import (  # noqa: E402
-    STORE_ENV,
     CellResult,
     CheckEnv,
     Scenario,
-    load_factory,
     verdict,
 )
 from remit_core.check.harness import (  # noqa: E402
+    Layer,
     count,
     forkserver,
     hold,
@@ -55,6 +54,8 @@ from remit_core.check.harness import (  # noqa: E402
     note,
     one_child,
     quiet_children,
+    remit_url,
+    use_layer,
 )
 from remit_core.check.harness import crash as _crash_in  # noqa: E402
 
@@ -74,8 +75,7 @@ def stock_persistence(directory: str) -> FlowPersistence:
 def remit_persistence(directory: str) -> FlowPersistence:
     from remit_crewai import RemitFlowPersistence
 
-    url = os.environ.get(STORE_ENV) or f"sqlite:///{directory}/remit.db"
-    return RemitFlowPersistence.from_url(url, lease=LEASE)
+    return RemitFlowPersistence.from_url(remit_url(directory), lease=LEASE)
 
 
 # ================================================================================== flows
@@ -122,7 +122,6 @@ class Park:
         raise HumanFeedbackPending(context=context)
 
 
-Layer = tuple[str, str | None]  # (factory spec, the remit store URL or None)
 
 
 @functools.cache
@@ -131,12 +130,8 @@ def flows(layer: Layer, directory: str) -> dict[str, Any]:
     server's children inherit the environment of its start, not the parent's."""
     from remit_crewai import durable
 
-    factory, store = layer
-    if store is None:
-        os.environ.pop(STORE_ENV, None)
-    else:
-        os.environ[STORE_ENV] = store
-    backend = load_factory(factory)(directory)
+    factory = layer[0]
+    backend = use_layer(layer)(directory)
     remit = factory == LAYERS["remit"] or "RemitFlowPersistence" in type(backend).__name__
     wrap: Callable[[Any], Any] = durable if remit else (lambda cls: cls)
 

@@ -92,8 +92,8 @@ from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
 from remit_core import effect
-from remit_core.check import STORE_ENV, CellResult, CheckEnv, Scenario, load_factory, verdict
-from remit_core.check.harness import count, forkserver, lines, note
+from remit_core.check import STORE_ENV, CellResult, CheckEnv, Scenario, verdict
+from remit_core.check.harness import Layer, count, forkserver, lines, note, remit_url, use_layer
 
 FRAMEWORK = "langgraph"
 LAYERS = {"stock": "remit_langgraph.check:stock_saver",
@@ -124,8 +124,7 @@ def remit_saver(directory: str, schema: Any = None) -> Any:
     """``RemitSaver`` on ``REMIT_CHECK_STORE``, else on ``<directory>/remit.db``."""
     from remit_langgraph import RemitSaver
 
-    url = os.environ.get(STORE_ENV) or f"sqlite:///{directory}/remit.db"
-    return RemitSaver.from_conn_string(url, schema=schema, lease=LEASE)
+    return RemitSaver.from_conn_string(remit_url(directory), schema=schema, lease=LEASE)
 
 
 def layer_unavailable(layer: str) -> str | None:
@@ -272,7 +271,6 @@ SCHEMAS: dict[str, Any] = {"cv": Account}
 # ========================================================================== child bodies
 
 
-Layer = tuple[str, str | None]
 """(factory spec, the value of REMIT_CHECK_STORE for the child, or None to unset it)."""
 
 
@@ -280,12 +278,7 @@ Layer = tuple[str, str | None]
 def open_layer(layer: Layer, directory: str, schema: Any = None) -> Iterator[Any]:
     """The layer's saver in this process. The store URL travels as an argument: a fork
     server's children see the environment of its start, not the parent's current one."""
-    spec, store = layer
-    if store is None:
-        os.environ.pop(STORE_ENV, None)
-    else:
-        os.environ[STORE_ENV] = store
-    factory = load_factory(spec)
+    factory = use_layer(layer)
     kwargs: dict[str, Any] = {}
     if schema is not None and _accepts(factory, "schema"):
         kwargs["schema"] = schema
@@ -296,7 +289,7 @@ def open_layer(layer: Layer, directory: str, schema: Any = None) -> Iterator[Any
         with made as saver:
             yield saver
     else:
-        raise TypeError(f"{spec} returned {type(made).__name__}, not a BaseCheckpointSaver "
+        raise TypeError(f"{layer[0]} returned {type(made).__name__}, not a BaseCheckpointSaver "
                         "or a context manager yielding one")
 
 

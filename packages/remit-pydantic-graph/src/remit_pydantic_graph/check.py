@@ -30,8 +30,9 @@ from pydantic_graph.graph import Graph
 from pydantic_graph.persistence import BaseStatePersistence
 
 from remit_core import ConsumeConflict, StateValidationError, effect
-from remit_core.check import STORE_ENV, CellResult, CheckEnv, Scenario, load_factory, verdict
+from remit_core.check import CellResult, CheckEnv, Scenario, verdict
 from remit_core.check.harness import (
+    Layer,
     count,
     forkserver,
     hold,
@@ -40,6 +41,8 @@ from remit_core.check.harness import (
     one_child,
     pid_of,
     quiet_children,
+    remit_url,
+    use_layer,
 )
 from remit_core.check.harness import crash as _crash_in
 
@@ -59,8 +62,7 @@ def stock_persistence(directory: str, run_id: str) -> BaseStatePersistence[Any, 
 def remit_persistence(directory: str, run_id: str) -> BaseStatePersistence[Any, Any]:
     from remit_pydantic_graph import RemitStatePersistence
 
-    url = os.environ.get(STORE_ENV) or f"sqlite:///{directory}/remit.db"
-    return RemitStatePersistence.from_url(url, run_id=run_id, lease=LEASE)
+    return RemitStatePersistence.from_url(remit_url(directory), run_id=run_id, lease=LEASE)
 
 
 # ================================================================================ graphs
@@ -183,18 +185,12 @@ GRAPHS: dict[str, Graph[Any, Any, Any]] = {"order": order_graph, "bulk": bulk_gr
 # ========================================================================= child bodies
 
 
-Layer = tuple[str, str | None]  # (factory spec, the remit store URL or None)
 
 
 def _open(layer: Layer, d: str, run_id: str) -> Any:
     """Open a layer in a child. The store URL travels as an argument: a forkserver's
     children inherit the environment of its start, not the parent's current one."""
-    factory, store = layer
-    if store is None:
-        os.environ.pop(STORE_ENV, None)
-    else:
-        os.environ[STORE_ENV] = store
-    return load_factory(factory)(d, run_id)
+    return use_layer(layer)(d, run_id)
 
 
 def _hang_around_snapshot(p: Any, deps: Deps) -> None:

@@ -106,3 +106,28 @@ def one_child(ctx: Any) -> Iterator[Any]:
     """A pool of one fresh process, for a call whose result the parent needs."""
     with ctx.Pool(1) as pool:
         yield pool
+
+
+#: a scenario's layer as it travels to a child: (factory spec, the remit store URL or None)
+Layer = tuple[str, str | None]
+
+
+def use_layer(layer: Layer) -> Callable[..., Any]:
+    """In a child: point :data:`~remit_core.check.STORE_ENV` at the layer's store and return
+    its factory. The URL travels as an argument because a fork server's children inherit
+    the environment of the server's start, not the parent's current one."""
+    from remit_core.check import STORE_ENV, load_factory
+
+    spec, store = layer
+    if store is None:
+        os.environ.pop(STORE_ENV, None)
+    else:
+        os.environ[STORE_ENV] = store
+    return load_factory(spec)
+
+
+def remit_url(directory: str) -> str:
+    """The store a remit layer factory opens: ``--store``'s, else a SQLite file in ``directory``."""
+    from remit_core.check import STORE_ENV
+
+    return os.environ.get(STORE_ENV) or f"sqlite:///{directory}/remit.db"
