@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
@@ -406,6 +407,42 @@ def test_reducer_field_wrong_element_caught_at_checkpoint(store_url: str,
         stored = [ck.checkpoint["channel_values"] for ck in saver.list(cfg)]
         assert stored[0]["items"] == [1]  # the latest stored checkpoint is the last valid one
         assert all("oops" not in v.get("items", []) for v in stored)
+
+
+def _checkpoint(values: dict[str, Any], versions: dict[str, int]) -> Any:
+    return {**empty_checkpoint(), "channel_values": values,
+            "channel_versions": {ch: str(v) for ch, v in versions.items()}}
+
+
+def test_what_langgraph_puts_after_a_refused_checkpoint_is_refused_too(store_url: str) -> None:
+    """LangGraph before 1.2.15, under durability="async", still puts the next checkpoint
+    (and writes against the refused one) after a refused put: its loop issues the next
+    put in a ``finally:``. Both name the refused checkpoint and get its refusal."""
+    with RemitSaver.from_conn_string(store_url, schema=w.RState) as saver:
+        cfg: Any = {"configurable": {"thread_id": "orphan", "checkpoint_ns": ""}}
+        good = _checkpoint({"x": 1, "items": [1]}, {"x": 1, "items": 1})
+        stored = saver.put(cfg, good, {"source": "loop", "step": 0}, {"x": "1", "items": "1"})
+        bad = _checkpoint({"x": "many", "items": [1]}, {"x": 2, "items": 1})
+        with pytest.raises(StateValidationError) as refused:
+            saver.put(stored, bad, {"source": "loop", "step": 1}, {"x": "2"})
+        assert refused.value.field == "x" and refused.value.run_id == "orphan"
+        on_bad: Any = {"configurable": {**stored["configurable"], "checkpoint_id": bad["id"]}}
+        with pytest.raises(StateValidationError) as writes:
+            saver.put_writes(on_bad, [("x", 3)], "task-after")
+        child = _checkpoint({"x": 3, "items": [1]}, {"x": 3, "items": 1})
+        with pytest.raises(StateValidationError) as put:
+            saver.put(on_bad, child, {"source": "loop", "step": 2}, {"x": "3"})
+        assert writes.value is refused.value and put.value is refused.value
+        assert [t.checkpoint["id"] for t in saver.list(cfg)] == [good["id"]]
+        grandchild: Any = {"configurable": {**stored["configurable"], "checkpoint_id": child["id"]}}
+        with pytest.raises(StateValidationError):  # the refusal is passed down the chain
+            saver.put(grandchild, _checkpoint({"x": 4}, {"x": 4}),
+                      {"source": "loop", "step": 3}, {"x": "4"})
+        # the thread goes on from its last valid checkpoint
+        fixed = _checkpoint({"x": 5, "items": [1]}, {"x": 5, "items": 1})
+        saver.put(stored, fixed, {"source": "loop", "step": 1}, {"x": "5"})
+        latest = saver.get_tuple(cfg)
+        assert latest is not None and latest.checkpoint["channel_values"] == {"x": 5, "items": [1]}
 
 
 def test_reducer_field_invalid_write_leaves_thread_resumable(store_url: str) -> None:

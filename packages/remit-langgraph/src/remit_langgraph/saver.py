@@ -158,6 +158,12 @@ class RemitSaver(BaseCheckpointSaver[str]):
         # CV: a node write refused by put_writes, by the checkpoint it was written against,
         # so that the refusal of the next checkpoint names the node rather than the step
         self._refused: dict[tuple[str, str, str], StateValidationError] = {}
+        # CV: checkpoints this saver refused, by (thread, namespace, checkpoint id).
+        # LangGraph before 1.2.15, under durability="async", still puts the next
+        # checkpoint (and that step's writes) after a refused put; they name the refused
+        # one as their parent and are refused with the same error, so that nothing of a
+        # step built on invalid state is stored.
+        self._refused_checkpoints: dict[tuple[str, str, str], StateValidationError] = {}
         if store.serde is not default_serde:  # a store opened with its own envelope
             _serde.register_types(store.serde)
 
@@ -303,6 +309,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
         execution_id = stored_metadata.get("run_id")
         schema = self._schema
         parent_id = config["configurable"].get("checkpoint_id")
+        self._refuse_child_of_refused(thread_id, ns, parent_id, refusing=checkpoint["id"])
 
         def validate() -> None:
             assert schema is not None
@@ -310,7 +317,10 @@ class RemitSaver(BaseCheckpointSaver[str]):
                 schema.check_state({ch: values[ch] for ch in new_versions if ch in values},
                                    run_id=thread_id, step=f"step {stored_metadata.get('step')}")
             except StateValidationError as exc:
-                raise self._node_error((thread_id, ns, str(parent_id)), exc) from None
+                error = self._node_error((thread_id, ns, str(parent_id)), exc)
+                self._remember_refused(self._refused_checkpoints,
+                                       (thread_id, ns, checkpoint["id"]), error)
+                raise error from None
         self.store.put_checkpoint(
             thread_id,
             checkpoint["id"],
@@ -355,6 +365,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
         serde = self.store.serde
         schema = self._schema
         checkpoint_id = str(config["configurable"]["checkpoint_id"])
+        self._refuse_child_of_refused(thread_id, ns, checkpoint_id, refusing=None)
 
         def validate() -> None:
             assert schema is not None
@@ -362,9 +373,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
                 schema.check_writes(writes, run_id=thread_id, node=_node_of(task_path, task_id),
                                     current=lambda: self._values_at(thread_id, ns, checkpoint_id))
             except StateValidationError as exc:
-                if len(self._refused) > 1000:
-                    self._refused.clear()
-                self._refused[(thread_id, ns, checkpoint_id)] = exc
+                self._remember_refused(self._refused, (thread_id, ns, checkpoint_id), exc)
                 raise
         self.store.put_writes(
             thread_id,
@@ -380,6 +389,27 @@ class RemitSaver(BaseCheckpointSaver[str]):
             validate=None if schema is None else validate,
         )
         self._gate.after_writes(dict(config), task_id, writes)
+
+    @staticmethod
+    def _remember_refused(table: dict[tuple[str, str, str], StateValidationError],
+                          key: tuple[str, str, str], error: StateValidationError) -> None:
+        if len(table) > 1000:  # a bound, not a cache: entries matter for one step only
+            table.clear()
+        table[key] = error
+
+    def _refuse_child_of_refused(self, thread_id: str, ns: str, parent_id: Any, *,
+                                 refusing: str | None) -> None:
+        """Raise the parent's refusal when ``parent_id`` is a checkpoint this saver
+        refused (a put or writes LangGraph issued after that refusal); a refused child
+        checkpoint is remembered in turn."""
+        if parent_id is None:
+            return
+        error = self._refused_checkpoints.get((thread_id, ns, str(parent_id)))
+        if error is None:
+            return
+        if refusing is not None:
+            self._remember_refused(self._refused_checkpoints, (thread_id, ns, refusing), error)
+        raise error
 
     def _node_error(self, key: tuple[str, str, str],
                     fallback: StateValidationError) -> StateValidationError:
