@@ -479,6 +479,29 @@ def put_chain(saver: RemitSaver, thread: str, sources: list[str]) -> list[Any]:
     return stored
 
 
+def test_channel_versions_are_stored_once_and_read_back_as_given(
+        saver: RemitSaver, store: Store) -> None:
+    thread = uuid.uuid4().hex
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    as_langgraph = {**empty_checkpoint(), "channel_values": {"a": 1, "b": 2},
+                    "channel_versions": {"a": saver.get_next_version(None, None),
+                                         "b": saver.get_next_version(None, None)}}
+    stored = saver.put(config, as_langgraph, {"source": "loop", "step": 0},
+                       as_langgraph["channel_versions"])
+    ints = {**empty_checkpoint(), "channel_values": {"a": 3},
+            "channel_versions": {"a": 2, "b": 1.5}}
+    latest = saver.put(stored, ints, {"source": "loop", "step": 1}, {"a": 2})
+    rows = {ck.checkpoint_id: ck for ck in store.list_checkpoints(thread)}
+    # LangGraph's string versions live in the store's versions column only
+    assert "channel_versions" not in rows[as_langgraph["id"]].data
+    assert rows[as_langgraph["id"]].versions == as_langgraph["channel_versions"]
+    for sent, at in ((as_langgraph, stored), (ints, latest)):
+        got = saver.get_tuple(at)
+        assert got is not None and got.checkpoint["channel_versions"] == sent["channel_versions"]
+        assert [type(v) for v in got.checkpoint["channel_versions"].values()] == \
+            [type(v) for v in sent["channel_versions"].values()]
+
+
 def test_pending_writes_come_back_in_writes_sort_key_order(saver: RemitSaver) -> None:
     (stored,) = put_chain(saver, uuid.uuid4().hex, ["loop"])
     # task ids sort opposite to task paths: the store's (task_id, idx) order is wrong here

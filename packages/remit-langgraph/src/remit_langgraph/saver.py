@@ -12,7 +12,9 @@ LangGraph                                remit store
 ``metadata["source"]``                   ``kind``
 ``metadata["run_id"]``                   ``execution_id`` (``delete_for_runs``)
 checkpoint without ``channel_values``    ``data``
-``channel_versions``                     ``versions``
+  and ``channel_versions``
+``channel_versions``                     ``versions`` (stored once: ``data`` keeps them
+                                         too only when one is not a string)
 ``new_versions`` + ``channel_values``    ``new_values`` {channel: (version, value)}
 ``put_writes`` (channel, value) list     writes (idx, channel, value), idx from
                                          ``WRITES_IDX_MAP`` for special channels
@@ -304,7 +306,12 @@ class RemitSaver(BaseCheckpointSaver[str]):
             if self.store.get_checkpoint(thread_id, fork_id, ns=ns, with_writes=False):
                 return answer  # FD: a repeated fork request is idempotent
             checkpoint = cast(Checkpoint, {**checkpoint, "id": fork_id})
-        data = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        versions = checkpoint["channel_versions"]
+        # the versions are stored once, as the store's own column (LangGraph's are
+        # strings); a saver that hands over ints or floats keeps them in data as given
+        exact = all(type(v) is str for v in versions.values())
+        data = {k: v for k, v in checkpoint.items()
+                if k != "channel_values" and (k != "channel_versions" or not exact)}
         stored_metadata = get_checkpoint_metadata(config, metadata)
         execution_id = stored_metadata.get("run_id")
         schema = self._schema
@@ -329,7 +336,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
             kind=str(stored_metadata.get("source", "loop")),
             data=data,
             metadata=stored_metadata,
-            versions={ch: str(v) for ch, v in checkpoint["channel_versions"].items()},
+            versions={ch: str(v) for ch, v in versions.items()},
             new_values={
                 ch: (str(version), storable(values[ch], serde) if ch in values else EMPTY)
                 for ch, version in new_versions.items()
@@ -666,10 +673,11 @@ def _matches(metadata: Any, query: Mapping[str, Any]) -> bool:
 def _to_tuple(ck: rc.Checkpoint) -> CheckpointTuple:
     """A store checkpoint as LangGraph reads it: empty channels dropped, pending
     writes in ``writes_sort_key`` order."""
-    checkpoint = cast(
-        Checkpoint,
-        {**ck.data, "channel_values": {c: v for c, v in ck.values.items() if v is not EMPTY}},
-    )
+    checkpoint = cast(Checkpoint, {
+        "channel_versions": dict(ck.versions),  # (stored here unless data has its own)
+        **ck.data,
+        "channel_values": {c: v for c, v in ck.values.items() if v is not EMPTY},
+    })
     writes = ck.writes
     if _writes_sort_key is not None:
         key = _writes_sort_key
