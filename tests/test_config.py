@@ -63,6 +63,28 @@ def test_sqlite_newer_version_is_refused(tmp_path: Path) -> None:
     conn.close()
 
 
+def test_sqlite_store_of_schema_version_1_is_upgraded(tmp_path: Path) -> None:
+    """A store written before chunked values (version 1) opens, gains remit_chunks, keeps
+    its data and stores large values in chunks from then on."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    with open_store(url) as s:
+        s.put_checkpoint("r", "c1", new_values={"x": ("1", 1)})
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute("DROP TABLE remit_chunks")  # the version-1 layout
+    conn.execute("UPDATE remit_meta SET value = '1' WHERE key = 'version'")
+    conn.commit()
+    conn.close()
+    big = bytes(range(256)) * 1000
+    with open_store(url) as s:
+        assert s.get_checkpoint("r").values == {"x": 1}  # type: ignore[union-attr]
+        s.put_checkpoint("r", "c2", parent_id="c1", new_values={"x": ("2", big)})
+        assert s.usage("r")["chunks"] > 0 and s.get_checkpoint("r").values == {"x": big}  # type: ignore[union-attr]
+    conn = sqlite3.connect(tmp_path / "s.db")
+    assert conn.execute("SELECT value FROM remit_meta WHERE key = 'version'").fetchone() == (
+        str(len(MIGRATIONS)),)
+    conn.close()
+
+
 def test_sqlite_foreign_table_is_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "app.db"
     conn = sqlite3.connect(path)

@@ -8,6 +8,7 @@ import datetime as dt
 import decimal
 import enum
 import logging
+import os
 import time
 import uuid
 from typing import Any
@@ -119,6 +120,85 @@ def test_unchanged_value_stored_once(store: Store) -> None:
     assert usage["blob_bytes"] < int(1.2 * (1 << 20))
     latest = store.get_checkpoint("r")
     assert latest is not None and latest.values["big"] == big and latest.values["n"] == 99
+
+
+def test_a_large_value_is_stored_once_in_every_form(store: Store) -> None:
+    """The same 1 MB handed over as a graph input (inside a dict), as a pending write and
+    as a channel of its own, unchanged over 100 checkpoints: about 1 MB stored."""
+    big = os.urandom(1_000_000)
+    graph_input = {"blob": big, "n": 0}
+    put(store, "r", "c0", new_values={"__start__": ("1", graph_input)})
+    store.put_writes("r", "c0", "input", [(0, "__start__", graph_input)])
+    put(store, "r", "c1", "c0", versions={"__start__": "1"},
+        new_values={"blob": ("1", big), "n": ("1", 0)})
+    for i in range(2, 101):
+        put(store, "r", f"c{i}", f"c{i - 1}", versions={"blob": "1", "n": str(i)},
+            new_values={"n": (str(i), i)})
+    usage = store.usage("r")
+    assert usage["blob_bytes"] + usage["chunk_bytes"] < 1_100_000, usage
+    assert usage["chunk_bytes"] >= 1_000_000  # the bytes themselves are there, once
+    first = store.get_checkpoint("r", "c0")
+    assert first is not None and first.values["__start__"] == graph_input
+    assert [w.value for w in first.writes] == [graph_input]
+    latest = store.get_checkpoint("r")
+    assert latest is not None and latest.values == {"blob": big, "n": 100}
+    # a value just under the threshold is stored whole, as before
+    small = b"s" * (store.chunk_threshold - 100)
+    put(store, "s", "c0", new_values={"v": ("1", small)})
+    assert store.usage("s")["chunks"] == 0 and store.get_checkpoint("s").values["v"] == small  # type: ignore[union-attr]
+
+
+def test_a_growing_list_stores_about_what_it_adds(store: Store) -> None:
+    """A message list that gains one 6 kB message per checkpoint: once it is chunked,
+    a checkpoint stores the new message and the chunks at the edges (the list's header
+    changes), not the whole list again."""
+    messages: list[dict[str, str]] = []
+    grew: list[int] = []
+    for i in range(60):
+        messages.append({"role": "user" if i % 2 else "ai", "content": os.urandom(3000).hex()})
+        before = store.usage("r")
+        put(store, "r", f"c{i}", f"c{i - 1}" if i else None,
+            new_values={"messages": (str(i), list(messages))})
+        after = store.usage("r")
+        grew.append(after["blob_bytes"] + after["chunk_bytes"]
+                    - before["blob_bytes"] - before["chunk_bytes"])
+    whole = len(store.serde.encode(messages))
+    assert whole > 350_000
+    # each of the last 10 checkpoints: the new message, a new first chunk (the list's
+    # length is at the front) and a new last chunk, each at most 4 x chunk_size (FastCDC's
+    # maximum), where a whole copy would be the whole list again
+    assert max(grew[-10:]) < 6_100 + 2 * 4 * store.chunk_size < whole / 2, grew[-10:]
+    assert sum(grew[-10:]) < 10 * whole / 3
+    latest = store.get_checkpoint("r")
+    assert latest is not None and latest.values["messages"] == messages
+    assert [c.values["messages"] for c in store.list_checkpoints("r", limit=2)] == \
+        [messages, messages[:-1]]
+
+
+def test_chunks_follow_copy_prune_executions_and_delete(store: Store) -> None:
+    one, two, three = (os.urandom(300_000) for _ in range(3))
+    put(store, "r", "c0", new_values={"x": ("1", one)}, execution_id="e0")
+    put(store, "r", "c1", "c0", new_values={"x": ("2", two)}, execution_id="e1")
+    store.put_writes("r", "c1", "t", [(0, "y", three)])
+    full = store.usage("r")["chunk_bytes"]
+    assert full >= 900_000
+    store.copy_run("r", "r2")
+    assert store.usage("r2")["chunk_bytes"] == full
+    copied = store.get_checkpoint("r2")
+    assert copied is not None and copied.values == {"x": two} and copied.writes[0].value == three
+
+    store.prune_run("r2", keep_latest=1)  # c0 and the chunks only its value used go
+    assert 600_000 <= store.usage("r2")["chunk_bytes"] < full - 250_000
+    kept = store.get_checkpoint("r2")
+    assert kept is not None and kept.values == {"x": two} and kept.writes[0].value == three
+
+    store.delete_executions(["e1"])  # c1 of both runs, with its write
+    assert 300_000 <= store.usage("r")["chunk_bytes"] < 400_000
+    assert store.get_checkpoint("r") is not None and store.get_checkpoint("r").values == {"x": one}  # type: ignore[union-attr]
+    assert store.usage("r2")["chunk_bytes"] == 0
+
+    store.delete_run("r")
+    assert store.usage("r")["chunks"] == 0
 
 
 def test_rewrite_keeps_seq(store: Store) -> None:
@@ -254,13 +334,13 @@ def test_unserialisable_value_writes_nothing(store: Store) -> None:
 
 def test_corrupt_bytes_are_refused(store: Store) -> None:
     put(store, "r", "c1")
-    store._write_writes([WriteRow("r", "", "c1", "t", 0, "x", b"\x01\xc1garbage")], False)
+    store._write_writes([WriteRow("r", "", "c1", "t", 0, "x", b"\x01\xc1garbage")], False, {})
     with pytest.raises(CorruptRecord) as info:
         store.get_checkpoint("r")
     assert "'t'" in info.value.record and "c1" in info.value.record
     assert store.get_checkpoint("r", with_writes=False) is not None  # the rest stays readable
     put(store, "r", "c2", "c1")
-    store._write_writes([WriteRow("r", "", "c2", "u", 0, "x", b"PK\x03")], False)
+    store._write_writes([WriteRow("r", "", "c2", "u", 0, "x", b"PK\x03")], False, {})
     with pytest.raises(CorruptRecord, match="not a remit envelope"):
         store.get_checkpoint("r")
 

@@ -73,7 +73,7 @@ from hypothesis.stateful import (
 from remit_core import ConsumeConflict, SerializationError, StateValidationError, open_store
 from remit_core.errors import LeaseLost
 from remit_core.records import Checkpoint, Claim, Receipt
-from remit_core.store import Store
+from remit_core.store import Store, chunks
 
 # ------------------------------------------------------------------------------------ pools
 
@@ -106,8 +106,16 @@ SETTINGS = settings(
 if os.environ.get("REMIT_MODEL_EXAMPLES"):  # a longer soak: REMIT_MODEL_EXAMPLES=2000
     SETTINGS = settings(SETTINGS, max_examples=int(os.environ["REMIT_MODEL_EXAMPLES"]))
 
+# Large values: the machine's stores chunk every value of CHUNK_THRESHOLD encoded bytes or
+# more, so these are stored as chunks; they share runs of bytes, hence chunks, with each
+# other, so that collecting one value's chunks must keep those another value still uses.
+_NOISE = bytes((i * 7919 + 13) % 251 for i in range(1200))
+BIG = (_NOISE, _NOISE[:700] + b"tail", bytes(range(256)) * 3)
+CHUNK_THRESHOLD = 300
+CHUNK_SIZE = 256  # FastCDC's smallest average
+
 leaves = (st.none() | st.booleans() | st.integers(-3, 3) | st.text("ab", max_size=2)
-          | st.binary(max_size=2))
+          | st.binary(max_size=2) | st.sampled_from(BIG))
 VALUES = st.recursive(
     leaves,
     lambda inner: (st.lists(inner, max_size=2) | st.tuples(inner)
@@ -442,6 +450,11 @@ def kill_writer_mid_transaction(path: str) -> None:
 # ---------------------------------------------------------------------------------- machine
 
 
+def small_chunks(store: Store) -> Store:
+    store.chunk_threshold, store.chunk_size = CHUNK_THRESHOLD, CHUNK_SIZE
+    return store
+
+
 class StoreMachine(RuleBasedStateMachine):
     """One store (one URL) against one :class:`Model`, with crashes in between.
 
@@ -464,7 +477,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.writer_killed = False
         self.graveyard: list[Store] = []  # stores of crashed processes
         self.shared = store  # opened once per test (opening a pool per example is slow)
-        self.store = store
+        self.store = small_chunks(store)
         # Other examples of this test share the store; they cleaned up after themselves
         # unless delete_run is broken, and then their leftovers are this baseline.
         self.baseline = self.usage_counts()
@@ -489,8 +502,21 @@ class StoreMachine(RuleBasedStateMachine):
 
     def usage_counts(self) -> dict[str, int]:
         got = self.store.usage()
-        got.pop("blob_bytes")
+        for key in ("blob_bytes", "chunks", "chunk_bytes"):  # checked by chunks_collected
+            got.pop(key)
         return got
+
+    def chunks_collected(self, run: str) -> None:
+        """Right after a prune or a delete, the run keeps exactly the chunks its remaining
+        values (blobs and writes, as the model has them) are cut into."""
+        values = [v for (r, *_), v in self.model.blobs.items() if r == run]
+        values += [w[1] for (r, *_), w in self.model.writes.items() if r == run]
+        want: dict[bytes, bytes] = {}
+        for value in values:
+            encoded = self.store.serde.encode(value)
+            if len(encoded) >= self.store.chunk_threshold:
+                chunks.split(encoded, size=self.store.chunk_size, into=want)
+        assert self.store.usage(run)["chunks"] == len(want), (run, len(want))
 
     # ----------------------------------------------------------------------- comparisons
 
@@ -740,6 +766,7 @@ class StoreMachine(RuleBasedStateMachine):
         if op == "delete_run":
             self.store.delete_run(run)
             self.model.delete_run(run)
+            self.chunks_collected(run)
         elif op == "copy_run":
             self.store.copy_run(run, other)
             self.model.copy_run(run, other)
@@ -749,6 +776,7 @@ class StoreMachine(RuleBasedStateMachine):
         elif op == "prune_run":
             self.store.prune_run(run, keep_latest=keep)
             self.model.prune_run(run, keep)
+            self.chunks_collected(run)
         else:
             execution_ids = [self.p(e) for e in executions]
             self.store.delete_executions(execution_ids)
@@ -798,7 +826,7 @@ class StoreMachine(RuleBasedStateMachine):
             elif how != "drop":
                 abandon_open_transaction(path)
         self.gen += 1  # every owner of the old process is dead from now on
-        self.store = open_store(self.url)
+        self.store = small_chunks(open_store(self.url))
         self.check_everything()
         self.check_latest(everywhere=True)
 

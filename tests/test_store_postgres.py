@@ -119,6 +119,25 @@ def test_closed_store_fails_fast_without_retries(pg_url: str) -> None:
 # ---------------------------------------------------------------------------------- schema
 
 
+def test_schema_version_1_is_upgraded(pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    """A store written before chunked values (version 1) gains remit_chunks on open and
+    keeps its data."""
+    schema = schema_of(pg_url)
+    with open_store(pg_url) as s:
+        s.put_checkpoint("r", "c1", new_values={"x": ("1", 1)})
+    admin.execute(f'DROP TABLE "{schema}".remit_chunks')  # the version-1 layout
+    admin.execute(f"UPDATE \"{schema}\".remit_meta SET value = '1' WHERE key = 'version'")
+    big = bytes(range(256)) * 1000
+    with open_store(pg_url) as s:
+        assert s.get_checkpoint("r").values == {"x": 1}  # type: ignore[union-attr]
+        s.put_checkpoint("r", "c2", parent_id="c1", new_values={"x": ("2", big)})
+        assert s.usage("r")["chunks"] > 0 and s.get_checkpoint("r").values == {"x": big}  # type: ignore[union-attr]
+    assert tables_in(admin, schema) == set(TABLES)
+    version = admin.execute(f"SELECT value FROM \"{schema}\".remit_meta WHERE key = 'version'"
+                            ).fetchone()
+    assert version == (str(len(MIGRATIONS)),)
+
+
 def test_newer_schema_version_is_refused_and_data_kept(
         pg_url: str, admin: psycopg.Connection[Any]) -> None:
     schema = schema_of(pg_url)

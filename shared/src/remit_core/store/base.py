@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -48,6 +49,7 @@ from remit_core.records import (
 )
 from remit_core.retry import retrying
 from remit_core.serde import Serde, default_serde
+from remit_core.store import chunks as _chunks
 
 log = logging.getLogger("remit")
 
@@ -73,6 +75,11 @@ class Store(ABC):
     #: the URL with any password masked
     url: str
     serde: Serde
+    #: encoded channel values and pending writes of at least this many bytes are stored
+    #: as content-defined chunks, once per run (:mod:`remit_core.store.chunks`)
+    chunk_threshold: int = 64 * 1024
+    #: the average chunk size FastCDC aims at
+    chunk_size: int = 16 * 1024
 
     def __init__(self, url: str, *, serde: Serde | None = None, lease: float = DEFAULT_LEASE):
         self.url = url
@@ -174,12 +181,13 @@ class Store(ABC):
             versions={str(k): str(v) for k, v in all_versions.items()},
             created_at=0.0,
         )
+        chunks: dict[bytes, bytes] = {}
         blobs = [
-            BlobRow(run_id, ns, channel, str(version),
-                    self.serde.encode(value, record=f"channel {channel!r} of {where}"))
+            BlobRow(run_id, ns, channel, str(version), self._chunked(
+                self.serde.encode(value, record=f"channel {channel!r} of {where}"), chunks))
             for channel, (version, value) in new_values.items()
         ]
-        seq, conflict = self._call(self._write_checkpoint, row, blobs, exclusive_child)
+        seq, conflict = self._call(self._write_checkpoint, row, blobs, exclusive_child, chunks)
         if conflict is not None:
             raise ConsumeConflict(
                 f"run {run_id!r}: checkpoint {parent_id!r} already has a successor "
@@ -258,13 +266,15 @@ class Store(ABC):
         if validate is not None:
             validate()
         where = f"write of task {task_id!r} on checkpoint {checkpoint_id!r} of run {run_id!r}"
+        chunks: dict[bytes, bytes] = {}
         rows = [
-            WriteRow(run_id, ns, checkpoint_id, task_id, idx, channel,
-                     self.serde.encode(value, record=f"channel {channel!r} in {where}"), task_path)
+            WriteRow(run_id, ns, checkpoint_id, task_id, idx, channel, self._chunked(
+                self.serde.encode(value, record=f"channel {channel!r} in {where}"), chunks),
+                task_path)
             for idx, channel, value in writes
         ]
         if rows:
-            self._call(self._write_writes, rows, overwrite)
+            self._call(self._write_writes, rows, overwrite, chunks)
 
     def list_runs(self, *, limit: int | None = None) -> list[RunInfo]:
         """Runs, most recently updated first."""
@@ -283,7 +293,9 @@ class Store(ABC):
         self._call(self._prune_run, run_id, keep_latest)
 
     def usage(self, run_id: str | None = None) -> dict[str, int]:
-        """Counts and stored bytes: checkpoints, blobs, blob_bytes, writes, receipts, claims."""
+        """Counts and stored bytes: checkpoints, blobs, blob_bytes, writes, receipts, claims,
+        chunks and chunk_bytes. ``blob_bytes`` counts channel values as their rows hold
+        them (a chunked value as its manifest); ``chunk_bytes`` the chunks of large values."""
         return self._call(self._usage, run_id)
 
     def delete_executions(self, execution_ids: Sequence[str]) -> None:
@@ -494,8 +506,37 @@ class Store(ABC):
             versions=dict(row.versions), values=values, created_at=row.created_at, writes=writes,
         )
 
+    def _chunked(self, encoded: bytes, chunks: dict[bytes, bytes]) -> bytes:
+        """``encoded`` as its row stores it: itself, or the manifest of its chunks."""
+        if len(encoded) < self.chunk_threshold:
+            return encoded
+        return _chunks.split(encoded, size=self.chunk_size, into=chunks)
+
+    def _unchunked(self, row: CheckpointRow, blobs: Mapping[str, bytes],
+                   writes: Sequence[WriteRow]) -> tuple[Mapping[str, bytes], Sequence[WriteRow]]:
+        """Blobs and writes with every manifest replaced by the value it stands for (one
+        more read, of the chunks, when there is any)."""
+        wanted = _chunks.referenced([*blobs.values(), *(w.value for w in writes)])
+        if not wanted:
+            return blobs, writes
+        found = self._call(self._read_chunks, row.run_id, sorted(wanted))
+        where = f"checkpoint {row.checkpoint_id!r} of run {row.run_id!r}"
+        blobs = {
+            ch: _chunks.join(b, found, record=f"channel {ch!r} of {where}")
+            if _chunks.is_manifest(b) else b
+            for ch, b in blobs.items()
+        }
+        writes = [
+            dataclasses.replace(w, value=_chunks.join(
+                w.value, found, record=f"write {w.task_id!r}/{w.idx} on {where}"))
+            if _chunks.is_manifest(w.value) else w
+            for w in writes
+        ]
+        return blobs, writes
+
     def _decode_checkpoint(self, row: CheckpointRow, blobs: Mapping[str, bytes],
                            writes: Sequence[WriteRow]) -> Checkpoint:
+        blobs, writes = self._unchunked(row, blobs, writes)
         where = f"checkpoint {row.checkpoint_id!r} of run {row.run_id!r}"
         values = {
             ch: self.serde.decode(b, record=f"channel {ch!r} at version "
@@ -535,13 +576,19 @@ class Store(ABC):
 
     @abstractmethod
     def _write_checkpoint(
-        self, row: CheckpointRow, blobs: list[BlobRow], exclusive_child: bool
+        self, row: CheckpointRow, blobs: list[BlobRow], exclusive_child: bool,
+        chunks: Mapping[bytes, bytes],
     ) -> tuple[int, str | None]:
         """Atomically: (if ``exclusive_child``) find another checkpoint of the run/ns with the
         same parent and kind and a different id -> return ``(0, its_id)`` writing nothing;
-        else insert blobs that are absent, upsert the checkpoint (keeping its seq when it
-        exists, else taking the next store-wide seq), touch the run, and return ``(seq, None)``.
+        else insert the run's chunks (digest -> bytes) and blobs that are absent, upsert the
+        checkpoint (keeping its seq when it exists, else taking the next store-wide seq),
+        touch the run, and return ``(seq, None)``.
         ``row.created_at`` is ignored; the backend stamps its own clock."""
+
+    @abstractmethod
+    def _read_chunks(self, run_id: str, digests: list[bytes]) -> dict[bytes, bytes]:
+        """The run's chunks among ``digests`` (a missing one is left out)."""
 
     @abstractmethod
     def _read_checkpoint(
@@ -561,28 +608,36 @@ class Store(ABC):
     ) -> list[tuple[CheckpointRow, dict[str, bytes]]]: ...
 
     @abstractmethod
-    def _write_writes(self, rows: list[WriteRow], overwrite: bool) -> None: ...
+    def _write_writes(self, rows: list[WriteRow], overwrite: bool,
+                      chunks: Mapping[bytes, bytes]) -> None:
+        """Atomically insert the chunks that are absent (all rows are of one run) and the
+        rows: replacing rows with the same key when ``overwrite``, else keeping them."""
 
     @abstractmethod
     def _list_runs(self, limit: int | None) -> list[RunInfo]: ...
 
     @abstractmethod
-    def _delete_run(self, run_id: str) -> None: ...
+    def _delete_run(self, run_id: str) -> None:
+        """Delete everything of the run, its chunks included."""
 
     @abstractmethod
-    def _copy_run(self, source: str, target: str) -> None: ...
+    def _copy_run(self, source: str, target: str) -> None:
+        """Copy checkpoints, blobs, writes and chunks."""
 
     @abstractmethod
     def _prune_run(self, run_id: str, keep_latest: int) -> None:
-        """Delete all but the newest ``keep_latest`` checkpoints per ns, their writes, and
-        blobs no longer referenced by a remaining checkpoint of the run."""
+        """Delete all but the newest ``keep_latest`` checkpoints per ns, their writes,
+        blobs no longer referenced by a remaining checkpoint of the run, and chunks no
+        longer named by a remaining blob or write of the run."""
 
     @abstractmethod
-    def _delete_executions(self, execution_ids: list[str]) -> None: ...
+    def _delete_executions(self, execution_ids: list[str]) -> None:
+        """Delete the checkpoints, then the orphans of each touched run, as prune does."""
 
     @abstractmethod
     def _usage(self, run_id: str | None) -> dict[str, int]:
-        """Keys: checkpoints, blobs, blob_bytes, writes, receipts, claims (for one run or all)."""
+        """Keys: checkpoints, blobs, blob_bytes, writes, receipts, claims, chunks,
+        chunk_bytes (for one run or all)."""
 
     @abstractmethod
     def _start_receipt(

@@ -22,7 +22,7 @@ import hashlib
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, ParamSpec, TypeVar
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -49,6 +49,7 @@ from remit_core.records import (
     WriteRow,
 )
 from remit_core.serde import Serde
+from remit_core.store import chunks as _chunks
 from remit_core.store.base import Store
 from remit_core.urls import mask_url, split_options
 
@@ -58,7 +59,7 @@ T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
-          "remit_receipts", "remit_claims")
+          "remit_receipts", "remit_claims", "remit_chunks")
 
 # Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
 # Each script runs in the migration transaction with ``search_path`` set to the store's
@@ -136,6 +137,15 @@ MIGRATIONS: list[str] = [
         consumed_at DOUBLE PRECISION
     );
     CREATE INDEX remit_claims_run ON remit_claims (run_id);
+    """,
+    # 2: large values in content-defined chunks, once per run (remit_core.store.chunks)
+    """
+    CREATE TABLE remit_chunks (
+        run_id TEXT NOT NULL,
+        digest BYTEA NOT NULL,
+        value BYTEA NOT NULL,
+        PRIMARY KEY (run_id, digest)
+    );
     """,
 ]
 
@@ -240,6 +250,7 @@ class PostgresStore(Store):
         self._wr = f"{q}.remit_writes"
         self._rc = f"{q}.remit_receipts"
         self._cl = f"{q}.remit_claims"
+        self._ch = f"{q}.remit_chunks"
         # Checkpoint rows joined with the blob of each channel at its version: one statement
         # (jsonb_each_text over versions, as the SQLite backend does with json_each). Each
         # blob is its own primary-key lookup: the LIMIT keeps the planner from flattening
@@ -517,8 +528,24 @@ class PostgresStore(Store):
 
     # ----------------------------------------------------------------------------- checkpoints
 
+    def _insert_chunks(self, conn: Conn, run_id: str, chunks: Mapping[bytes, bytes]) -> None:
+        """The run's absent chunks. The caller holds the run's advisory lock, so that a
+        concurrent prune cannot delete a chunk this writer found present and skipped."""
+        if chunks:
+            conn.execute(
+                f"INSERT INTO {self._ch} (run_id, digest, value) SELECT %s::text, u.d, u.v "
+                "FROM unnest(%s::bytea[], %s::bytea[]) AS u(d, v) ON CONFLICT DO NOTHING",
+                (run_id, list(chunks), list(chunks.values())))
+
+    def _read_chunks(self, run_id: str, digests: list[bytes]) -> dict[bytes, bytes]:
+        with self._conn() as conn:
+            return {bytes(d): bytes(v) for d, v in conn.execute(
+                f"SELECT digest, value FROM {self._ch} WHERE run_id = %s "
+                "AND digest = ANY(%s::bytea[])", (run_id, digests), binary=True).fetchall()}
+
     def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
-                          exclusive_child: bool) -> tuple[int, str | None]:
+                          exclusive_child: bool, chunks: Mapping[bytes, bytes]
+                          ) -> tuple[int, str | None]:
         with self._tx() as conn:
             # exclusive_child (CO) is race-free because every checkpoint write of a run holds
             # the run's advisory lock (see _lock_runs) from before the check until commit: two
@@ -537,6 +564,7 @@ class PostgresStore(Store):
                 ).fetchone()
                 if other is not None:
                     return 0, str(other[0])
+            self._insert_chunks(conn, row.run_id, chunks)
             # One statement: the absent blobs, the run, the checkpoint (upsert keeps seq).
             seq = conn.execute(
                 f"WITH now AS (SELECT {NOW} AS t), "
@@ -622,10 +650,15 @@ class PostgresStore(Store):
         with self._conn() as conn:
             return [_ck(r) for r in conn.execute(sql, args, binary=True).fetchall()]
 
-    def _write_writes(self, rows: list[WriteRow], overwrite: bool) -> None:
+    def _write_writes(self, rows: list[WriteRow], overwrite: bool,
+                      chunks: Mapping[bytes, bytes]) -> None:
         action = ("DO UPDATE SET channel = excluded.channel, value = excluded.value, "
                   "task_path = excluded.task_path") if overwrite else "DO NOTHING"
         with self._tx() as conn, conn.cursor() as cur:
+            if chunks:  # (writes without chunks need no lock: prune keeps a run's writes
+                #         unless their checkpoint goes, and then they go with it)
+                self._lock_runs(conn, rows[0].run_id)
+                self._insert_chunks(conn, rows[0].run_id, chunks)
             cur.executemany(
                 f"INSERT INTO {self._wr} (run_id, ns, checkpoint_id, task_id, idx, channel, "
                 "value, task_path) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
@@ -649,7 +682,8 @@ class PostgresStore(Store):
     def _delete_run(self, run_id: str) -> None:
         with self._tx() as conn:
             self._lock_runs(conn, run_id)
-            for table in (self._ck, self._bl, self._wr, self._rc, self._cl, self._runs):
+            for table in (self._ck, self._bl, self._wr, self._ch, self._rc, self._cl,
+                          self._runs):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = %s", (run_id,))
 
     def _copy_run(self, source: str, target: str) -> None:
@@ -677,6 +711,9 @@ class PostgresStore(Store):
                 "value, task_path) SELECT %s::text, ns, checkpoint_id, task_id, idx, channel, "
                 f"value, task_path FROM {self._wr} WHERE run_id = %s ON CONFLICT DO NOTHING",
                 (target, source))
+            conn.execute(
+                f"INSERT INTO {self._ch} (run_id, digest, value) SELECT %s::text, digest, value "
+                f"FROM {self._ch} WHERE run_id = %s ON CONFLICT DO NOTHING", (target, source))
 
     def _drop_orphans(self, conn: Conn, run_id: str) -> None:
         conn.execute(
@@ -688,6 +725,19 @@ class PostgresStore(Store):
             f"{self._ck} c CROSS JOIN LATERAL jsonb_each_text(c.versions) j "
             "WHERE c.run_id = b.run_id AND c.ns = b.ns AND j.key = b.channel "
             "AND j.value = b.version)", (run_id,))
+        stored = [bytes(d) for (d,) in conn.execute(
+            f"SELECT digest FROM {self._ch} WHERE run_id = %s", (run_id,), binary=True)]
+        if stored:
+            keep = _chunks.referenced(bytes(v) for (v,) in conn.execute(
+                f"SELECT value FROM {self._bl} WHERE run_id = %(run)s "
+                "AND substring(value from 1 for 2) = %(magic)s "
+                f"UNION ALL SELECT value FROM {self._wr} WHERE run_id = %(run)s "
+                "AND substring(value from 1 for 2) = %(magic)s",
+                {"run": run_id, "magic": _chunks.MAGIC}, binary=True))
+            gone = [d for d in stored if d not in keep]
+            if gone:
+                conn.execute(f"DELETE FROM {self._ch} WHERE run_id = %s "
+                             "AND digest = ANY(%s::bytea[])", (run_id, gone))
 
     def _prune_run(self, run_id: str, keep_latest: int) -> None:
         with self._tx() as conn:
@@ -721,10 +771,13 @@ class PostgresStore(Store):
                 f"(SELECT coalesce(sum(octet_length(value)), 0) FROM {self._bl}{where}), "
                 f"(SELECT count(*) FROM {self._wr}{where}), "
                 f"(SELECT count(*) FROM {self._rc}{where}), "
-                f"(SELECT count(*) FROM {self._cl}{where})",
+                f"(SELECT count(*) FROM {self._cl}{where}), "
+                f"(SELECT count(*) FROM {self._ch}{where}), "
+                f"(SELECT coalesce(sum(octet_length(value)), 0) FROM {self._ch}{where})",
                 {"run": run_id}).fetchone()
         assert r is not None
-        keys = ("checkpoints", "blobs", "blob_bytes", "writes", "receipts", "claims")
+        keys = ("checkpoints", "blobs", "blob_bytes", "writes", "receipts", "claims", "chunks",
+                "chunk_bytes")
         return {k: int(v or 0) for k, v in zip(keys, r, strict=True)}
 
     # -------------------------------------------------------------------------------- receipts

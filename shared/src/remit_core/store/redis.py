@@ -53,6 +53,9 @@ key                                       type    content
 ``P:ex:e(execution_id)``                  set     ``e(run):e(ns):e(id)`` (delete_executions)
 ``P:blob:e(run):e(ns):e(ch):e(version)``  string  a channel value, ``SET NX``: stored once
 ``P:blobs:e(run)``                        set     ``e(ns):e(ch):e(version)`` of the run's blobs
+``P:chunk:e(run):hex``                    string  a chunk of large values (``SET NX``), by the
+                                                  hex SHA-256 of its bytes
+``P:chunks:e(run)``                       set     the hex digests of the run's chunks
 ``P:w:e(run):e(ns):e(id)``                hash    pending writes of a checkpoint, field
                                                   ``e(task_id):idx``, value a JSON line
                                                   [task_id, idx, channel, task_path], then
@@ -125,6 +128,8 @@ _T = TypeVar("_T")
 # with ``P`` and the prelude in scope). The store's version is len(MIGRATIONS).
 MIGRATIONS: list[str] = [
     # 1: the key layout of the module docstring; its keys are created lazily.
+    "",
+    # 2: chunks of large values (remit_core.store.chunks), created lazily.
     "",
 ]
 
@@ -206,7 +211,19 @@ local function drop_ck(ck)
   if f[6] then redis.call('SREM', K('ex', f[6]), esc(r) .. ':' .. m) end
 end
 
--- delete writes of checkpoints that do not exist and blobs that `refs` does not name
+local MANIFEST = '\0\1'
+local function tohex(s)
+  return (string.gsub(s, '.', function(c) return string.format('%02x', string.byte(c)) end))
+end
+-- the digests (hex) a stored value names when it is a manifest, into `used`
+local function note_chunks(v, used)
+  if v and string.sub(v, 1, 2) == MANIFEST then
+    for i = 3, #v, 32 do used[tohex(string.sub(v, i, i + 31))] = true end
+  end
+end
+
+-- delete writes of checkpoints that do not exist, blobs that `refs` does not name, and
+-- chunks that no remaining blob or write names
 local function drop_orphans(r, refs)
   local er = esc(r) .. ':'
   for _, m in ipairs(redis.call('SMEMBERS', K('wrs', r))) do
@@ -221,6 +238,33 @@ local function drop_orphans(r, refs)
       redis.call('SREM', K('blobs', r), m)
     end
   end
+  if redis.call('SCARD', K('chunks', r)) == 0 then return end
+  local used = {}
+  for _, m in ipairs(redis.call('SMEMBERS', K('blobs', r))) do
+    local key = P .. ':blob:' .. er .. m
+    if redis.call('GETRANGE', key, 0, 1) == MANIFEST then note_chunks(redis.call('GET', key), used) end
+  end
+  for _, m in ipairs(redis.call('SMEMBERS', K('wrs', r))) do
+    for _, packed in ipairs(redis.call('HVALS', P .. ':w:' .. er .. m)) do
+      local nl = string.find(packed, '\n', 1, true)
+      if nl then note_chunks(string.sub(packed, nl + 1), used) end
+    end
+  end
+  for _, d in ipairs(redis.call('SMEMBERS', K('chunks', r))) do
+    if not used[d] then
+      redis.call('DEL', P .. ':chunk:' .. er .. d)
+      redis.call('SREM', K('chunks', r), d)
+    end
+  end
+end
+
+-- store chunks given as ARGV[first..] (hex digest, bytes)*, n of them, for run r
+local function put_chunks(r, first, n)
+  for i = first, first + 2 * n - 1, 2 do
+    redis.call('SET', K('chunk', r, ARGV[i]), ARGV[i + 1], 'NX')
+    redis.call('SADD', K('chunks', r), ARGV[i])
+  end
+  return first + 2 * n
 end
 
 local function runs_of(has_run, r)
@@ -269,7 +313,8 @@ return {'ok', ARGV[2]}
 
 # KEYS: 1 seq, 2 ck, 3 nck, 4 rck, 5 cks, 6 runs, 7 run, 8 known, 9 nss, 10 blobs
 # ARGV: 1 P, 2 run, 3 ns, 4 id, 5 has_parent, 6 parent, 7 kind, 8 has_exec, 9 exec, 10 data,
-#       11 metadata, 12 versions, 13 exclusive, 14.. (channel, version, value)*
+#       11 metadata, 12 versions, 13 exclusive, 14 n chunks, 15.. (hex digest, bytes)*n,
+#       then (channel, version, value)*
 _WRITE_CHECKPOINT = """
 local r, ns, id, kind = ARGV[2], ARGV[3], ARGV[4], ARGV[7]
 local parent = ARGV[5] == '1' and ARGV[6]
@@ -282,7 +327,7 @@ if ARGV[13] == '1' and parent then
 end
 local now = fmt(clock())
 local ens = esc(ns)
-for i = 14, #ARGV, 3 do
+for i = put_chunks(r, 15, tonumber(ARGV[14])), #ARGV, 3 do
   redis.call('SET', K('blob', r, ns, ARGV[i], ARGV[i + 1]), ARGV[i + 2], 'NX')
   redis.call('SADD', KEYS[10], ens .. ':' .. esc(ARGV[i]) .. ':' .. esc(ARGV[i + 1]))
 end
@@ -452,6 +497,9 @@ for _, m in ipairs(redis.call('SMEMBERS', K('wrs', r))) do redis.call('DEL', P .
 for _, m in ipairs(redis.call('SMEMBERS', K('blobs', r))) do
   redis.call('DEL', P .. ':blob:' .. er .. m)
 end
+for _, d in ipairs(redis.call('SMEMBERS', K('chunks', r))) do
+  redis.call('DEL', P .. ':chunk:' .. er .. d)
+end
 for _, key in ipairs(redis.call('SMEMBERS', K('rcs', r))) do
   if redis.call('HGET', K('rc', key), 'run_id') == r then redis.call('DEL', K('rc', key)) end
 end
@@ -459,7 +507,7 @@ for _, key in ipairs(redis.call('SMEMBERS', K('cls', r))) do
   if redis.call('HGET', K('cl', key), 'run_id') == r then redis.call('DEL', K('cl', key)) end
 end
 redis.call('DEL', K('run', r), K('rck', r), K('nss', r), K('wrs', r), K('blobs', r), K('rcs', r),
-           K('cls', r))
+           K('cls', r), K('chunks', r))
 redis.call('ZREM', P .. ':runs', r)
 redis.call('SREM', P .. ':known', r)
 return 1
@@ -503,6 +551,10 @@ end
 for _, m in ipairs(redis.call('SMEMBERS', K('blobs', src))) do
   redis.call('COPY', P .. ':blob:' .. es .. m, P .. ':blob:' .. et .. m)
   redis.call('SADD', K('blobs', tgt), m)
+end
+for _, d in ipairs(redis.call('SMEMBERS', K('chunks', src))) do
+  redis.call('COPY', P .. ':chunk:' .. es .. d, P .. ':chunk:' .. et .. d)
+  redis.call('SADD', K('chunks', tgt), d)
 end
 for _, m in ipairs(redis.call('SMEMBERS', K('wrs', src))) do
   local h = redis.call('HGETALL', P .. ':w:' .. es .. m)
@@ -549,10 +601,14 @@ return 1
 
 # ARGV: 1 P, 2 has_run, 3 run
 _USAGE = """
-local c, b, bb, w, rc, cl = 0, 0, 0, 0, 0, 0
+local c, b, bb, w, rc, cl, ch, chb = 0, 0, 0, 0, 0, 0, 0, 0
 for _, r in ipairs(runs_of(ARGV[2], ARGV[3])) do
   local er = esc(r) .. ':'
   c = c + redis.call('ZCARD', K('rck', r))
+  for _, d in ipairs(redis.call('SMEMBERS', K('chunks', r))) do
+    ch = ch + 1
+    chb = chb + redis.call('STRLEN', P .. ':chunk:' .. er .. d)
+  end
   for _, m in ipairs(redis.call('SMEMBERS', K('blobs', r))) do
     b = b + 1
     bb = bb + redis.call('STRLEN', P .. ':blob:' .. er .. m)
@@ -563,19 +619,20 @@ for _, r in ipairs(runs_of(ARGV[2], ARGV[3])) do
   rc = rc + redis.call('SCARD', K('rcs', r))
   cl = cl + redis.call('SCARD', K('cls', r))
 end
-return {c, b, bb, w, rc, cl}
+return {c, b, bb, w, rc, cl, ch, chb}
 """
 
-# KEYS: 1 known, then per row: w, wrs. ARGV: 1 P, 2 overwrite, then per row: run, member,
-#       field, packed
+# KEYS: 1 known, then per row: w, wrs. ARGV: 1 P, 2 overwrite, 3 run (of every row),
+#       4 n chunks, 5.. (hex digest, bytes)*n, then per row: member, field, packed
 _WRITE_WRITES = """
 local cmd = ARGV[2] == '1' and 'HSET' or 'HSETNX'
+local first = put_chunks(ARGV[3], 5, tonumber(ARGV[4]))
 for i = 0, (#KEYS - 1) / 2 - 1 do
-  local a = 3 + 4 * i
-  redis.call(cmd, KEYS[2 + 2 * i], ARGV[a + 2], ARGV[a + 3])
-  redis.call('SADD', KEYS[3 + 2 * i], ARGV[a + 1])
-  redis.call('SADD', KEYS[1], ARGV[a])
+  local a = first + 3 * i
+  redis.call(cmd, KEYS[2 + 2 * i], ARGV[a + 1], ARGV[a + 2])
+  redis.call('SADD', KEYS[3 + 2 * i], ARGV[a])
 end
+redis.call('SADD', KEYS[1], ARGV[3])
 return 1
 """
 
@@ -760,6 +817,14 @@ def _opt_float(h: Mapping[str, bytes], name: str) -> float | None:
     return None if v is None else float(v)
 
 
+def _chunk_args(chunks: Mapping[bytes, bytes]) -> list[Any]:
+    """``n, (hex digest, bytes)*n``: a script's chunk arguments (``put_chunks``)."""
+    out: list[Any] = [len(chunks)]
+    for digest, value in chunks.items():
+        out += [digest.hex(), value]
+    return out
+
+
 def _pack_write(w: WriteRow) -> bytes:
     """A write as stored: a JSON header line, then the encoded value as it is (JSON escapes
     newlines, so the first newline ends the header)."""
@@ -834,6 +899,9 @@ class _Keys:
 
     def blobs(self, r: str) -> str:
         return self._k("blobs", r)
+
+    def chunk(self, r: str, digest: bytes) -> str:
+        return self._k("chunk", r, digest.hex())
 
     def w(self, r: str, ns: str, cid: str) -> str:
         return self._k("w", r, ns, cid)
@@ -1038,14 +1106,15 @@ class RedisStore(Store):
     # --------------------------------------------------------------------------- checkpoints
 
     def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
-                          exclusive_child: bool) -> tuple[int, str | None]:
+                          exclusive_child: bool, chunks: Mapping[bytes, bytes]
+                          ) -> tuple[int, str | None]:
         k = self._k
         r, ns = row.run_id, row.ns
         args: list[Any] = [
             self.prefix, r, ns, row.checkpoint_id, _flag(row.parent_id), row.parent_id or "",
             row.kind, _flag(row.execution_id), row.execution_id or "", row.data, row.metadata,
             json.dumps(row.versions, ensure_ascii=False, separators=(",", ":")),
-            "1" if exclusive_child else "0",
+            "1" if exclusive_child else "0", *_chunk_args(chunks),
         ]
         for b in blobs:
             args += [b.channel, b.version, b.value]
@@ -1084,16 +1153,23 @@ class RedisStore(Store):
         res = self._s_list_ck(keys=[self._k.cks, self._k.runs], args=args)
         return [_entry(e) for e in res]
 
-    def _write_writes(self, rows: list[WriteRow], overwrite: bool) -> None:
+    def _write_writes(self, rows: list[WriteRow], overwrite: bool,
+                      chunks: Mapping[bytes, bytes]) -> None:
         k = self._k
         keys: list[str] = [k.known]
-        args: list[Any] = [self.prefix, "1" if overwrite else "0"]
+        args: list[Any] = [self.prefix, "1" if overwrite else "0", rows[0].run_id,
+                           *_chunk_args(chunks)]
         for w in rows:
             keys += [k.w(w.run_id, w.ns, w.checkpoint_id), k.wrs(w.run_id)]
             packed = _pack_write(w)
-            args += [w.run_id, f"{_esc(w.ns)}:{_esc(w.checkpoint_id)}",
-                     f"{_esc(w.task_id)}:{w.idx}", packed]
+            args += [f"{_esc(w.ns)}:{_esc(w.checkpoint_id)}", f"{_esc(w.task_id)}:{w.idx}",
+                     packed]
         self._s_write_writes(keys=keys, args=args)
+
+    def _read_chunks(self, run_id: str, digests: list[bytes]) -> dict[bytes, bytes]:
+        values = cast(list[bytes | None],
+                      self._redis.mget([self._k.chunk(run_id, d) for d in digests]))
+        return {d: v for d, v in zip(digests, values, strict=True) if v is not None}
 
     def _list_runs(self, limit: int | None) -> list[RunInfo]:
         res = self._s_list_runs(keys=[self._k.runs],
@@ -1123,7 +1199,8 @@ class RedisStore(Store):
 
     def _usage(self, run_id: str | None) -> dict[str, int]:
         res = self._s_usage(keys=[self._k.known], args=[self.prefix, _flag(run_id), run_id or ""])
-        names = ("checkpoints", "blobs", "blob_bytes", "writes", "receipts", "claims")
+        names = ("checkpoints", "blobs", "blob_bytes", "writes", "receipts", "claims", "chunks",
+                 "chunk_bytes")
         return {n: int(v) for n, v in zip(names, res, strict=True)}
 
     # ------------------------------------------------------------------------------ receipts

@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
@@ -36,11 +36,12 @@ from remit_core.records import (
     WriteRow,
 )
 from remit_core.serde import Serde
+from remit_core.store import chunks as _chunks
 from remit_core.store.base import Store
 from remit_core.urls import mask_url, split_options
 
 TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
-          "remit_receipts", "remit_claims")
+          "remit_receipts", "remit_claims", "remit_chunks")
 
 # Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
 MIGRATIONS: list[str] = [
@@ -117,7 +118,23 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX remit_claims_run ON remit_claims (run_id);
     """,
+    # 2: large values in content-defined chunks, once per run (remit_core.store.chunks).
+    # A rowid table: its rows are 4-64 kB, too large to sit well in a WITHOUT ROWID b-tree.
+    """
+    CREATE TABLE remit_chunks (
+        run_id TEXT NOT NULL,
+        digest BLOB NOT NULL,
+        value BLOB NOT NULL,
+        UNIQUE (run_id, digest)
+    );
+    """,
 ]
+
+_MANIFEST_ROWS = (
+    "SELECT value FROM remit_blobs WHERE run_id = ?1 AND substr(value, 1, 2) = ?2 "
+    "UNION ALL SELECT value FROM remit_writes WHERE run_id = ?1 AND substr(value, 1, 2) = ?2"
+)
+_BATCH = 500  # digests per IN (...) list
 
 _CK_COLS = ("run_id, ns, checkpoint_id, parent_id, kind, execution_id, data, metadata, versions, "
             "created_at, seq")
@@ -346,8 +363,26 @@ class SqliteStore(Store):
 
     # ------------------------------------------------------------------------------ checkpoints
 
+    @staticmethod
+    def _insert_chunks(conn: sqlite3.Connection, run_id: str,
+                       chunks: Mapping[bytes, bytes]) -> None:
+        if chunks:
+            conn.executemany("INSERT OR IGNORE INTO remit_chunks VALUES (?, ?, ?)",
+                             [(run_id, d, v) for d, v in chunks.items()])
+
+    def _read_chunks(self, run_id: str, digests: list[bytes]) -> dict[bytes, bytes]:
+        found: dict[bytes, bytes] = {}
+        with self._tx(write=False) as conn:
+            for i in range(0, len(digests), _BATCH):
+                batch = digests[i:i + _BATCH]
+                found.update((bytes(d), bytes(v)) for d, v in conn.execute(
+                    "SELECT digest, value FROM remit_chunks WHERE run_id = ? AND digest IN "
+                    f"({', '.join('?' * len(batch))})", (run_id, *batch)))
+        return found
+
     def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
-                          exclusive_child: bool) -> tuple[int, str | None]:
+                          exclusive_child: bool, chunks: Mapping[bytes, bytes]
+                          ) -> tuple[int, str | None]:
         now = self._now()
         with self._tx() as conn:
             if exclusive_child and row.parent_id is not None:
@@ -358,6 +393,7 @@ class SqliteStore(Store):
                 ).fetchone()
                 if other is not None:
                     return 0, str(other[0])
+            self._insert_chunks(conn, row.run_id, chunks)
             conn.executemany(
                 "INSERT OR IGNORE INTO remit_blobs VALUES (?, ?, ?, ?, ?)",
                 [(b.run_id, b.ns, b.channel, b.version, b.value) for b in blobs],
@@ -447,9 +483,11 @@ class SqliteStore(Store):
             rows = [_ck(r) for r in conn.execute(sql, args)]
             return [(row, self._blobs(conn, row)) for row in rows]
 
-    def _write_writes(self, rows: list[WriteRow], overwrite: bool) -> None:
+    def _write_writes(self, rows: list[WriteRow], overwrite: bool,
+                      chunks: Mapping[bytes, bytes]) -> None:
         verb = "INSERT OR REPLACE" if overwrite else "INSERT OR IGNORE"
         with self._tx() as conn:
+            self._insert_chunks(conn, rows[0].run_id, chunks)
             conn.executemany(
                 f"{verb} INTO remit_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(w.run_id, w.ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.value,
@@ -473,8 +511,8 @@ class SqliteStore(Store):
 
     def _delete_run(self, run_id: str) -> None:
         with self._tx() as conn:
-            for table in ("remit_checkpoints", "remit_blobs", "remit_writes", "remit_receipts",
-                          "remit_claims", "remit_runs"):
+            for table in ("remit_checkpoints", "remit_blobs", "remit_writes", "remit_chunks",
+                          "remit_receipts", "remit_claims", "remit_runs"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
     def _copy_run(self, source: str, target: str) -> None:
@@ -495,6 +533,8 @@ class SqliteStore(Store):
             conn.execute("INSERT OR IGNORE INTO remit_writes SELECT ?, ns, checkpoint_id, task_id, "
                          "idx, channel, value, task_path FROM remit_writes WHERE run_id = ?",
                          (target, source))
+            conn.execute("INSERT OR IGNORE INTO remit_chunks SELECT ?, digest, value "
+                         "FROM remit_chunks WHERE run_id = ?", (target, source))
 
     def _drop_orphans(self, conn: sqlite3.Connection, run_id: str) -> None:
         conn.execute(
@@ -505,6 +545,13 @@ class SqliteStore(Store):
             "DELETE FROM remit_blobs AS b WHERE b.run_id = ? AND NOT EXISTS (SELECT 1 FROM "
             "remit_checkpoints c, json_each(c.versions) j WHERE c.run_id = b.run_id "
             "AND c.ns = b.ns AND j.key = b.channel AND j.value = b.version)", (run_id,))
+        stored = [bytes(d) for (d,) in conn.execute(
+            "SELECT digest FROM remit_chunks WHERE run_id = ?", (run_id,))]
+        if stored:
+            keep = _chunks.referenced(bytes(v) for (v,) in conn.execute(
+                _MANIFEST_ROWS, (run_id, _chunks.MAGIC)))
+            conn.executemany("DELETE FROM remit_chunks WHERE run_id = ? AND digest = ?",
+                             [(run_id, d) for d in stored if d not in keep])
 
     def _prune_run(self, run_id: str, keep_latest: int) -> None:
         with self._tx() as conn:
@@ -538,6 +585,8 @@ class SqliteStore(Store):
                 "writes": one(f"SELECT COUNT(*) FROM remit_writes {where}"),
                 "receipts": one(f"SELECT COUNT(*) FROM remit_receipts {where}"),
                 "claims": one(f"SELECT COUNT(*) FROM remit_claims {where}"),
+                "chunks": one(f"SELECT COUNT(*) FROM remit_chunks {where}"),
+                "chunk_bytes": one(f"SELECT SUM(LENGTH(value)) FROM remit_chunks {where}"),
             }
 
     # --------------------------------------------------------------------------------- receipts
