@@ -184,6 +184,8 @@ class SqliteStore(Store):
         self._all_lock = threading.Lock()
         self._wlock = threading.Lock()
         self._wlock_pid = os.getpid()
+        self._wconn: sqlite3.Connection | None = None
+        self._wconn_pid = os.getpid()
         self._migrate()
 
     @classmethod
@@ -231,10 +233,11 @@ class SqliteStore(Store):
 
     # ----------------------------------------------------------------------------- connections
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, *, shared: bool = False) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(self.path or ":memory:", timeout=self._timeout,
-                                   isolation_level=None, check_same_thread=self.path is not None)
+                                   isolation_level=None,
+                                   check_same_thread=self.path is not None and not shared)
             if self.path is not None:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
@@ -259,6 +262,18 @@ class SqliteStore(Store):
             self._local.pid = os.getpid()
         return conn
 
+    def _writer(self) -> sqlite3.Connection:
+        """The process's one connection for write transactions (under the writer lock).
+
+        One connection, not one per thread: a connection's page cache is dropped whenever
+        another connection has written since its last transaction, so a step whose
+        checkpoint and task writes LangGraph stores from two threads would re-read the
+        b-tree pages it just wrote on every transaction. A forked child opens its own."""
+        if self._wconn is None or self._wconn_pid != os.getpid():
+            self._wconn = self._connect(shared=True)
+            self._wconn_pid = os.getpid()
+        return self._wconn
+
     def _writer_lock(self) -> threading.Lock:
         """Serialises this process's write transactions on a file store.
 
@@ -278,7 +293,7 @@ class SqliteStore(Store):
         lock: contextlib.AbstractContextManager[Any] = (
             self._memory_lock or (self._writer_lock() if write else contextlib.nullcontext()))
         with lock:
-            conn = self._conn()
+            conn = self._writer() if write and self.path is not None else self._conn()
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield conn
