@@ -406,16 +406,31 @@ def derived_checkpoint_id(loop: Any, parent: Checkpoint, channels: Mapping[str, 
     metadata = getattr(loop, "checkpoint_metadata", None) or {}
     if metadata.get("source") != "loop" or metadata.get("step") != step:
         return None
-    # one issubclass per channel type, not an ABC isinstance per channel: a graph has a
-    # channel per node and per edge, and this runs at every step
-    if _DeltaChannel is not None and any(
-            issubclass(t, _DeltaChannel) for t in {type(ch) for ch in channels.values()}):
+    if _has_delta_channels(loop, channels):
         return None
     saver, thread_id, ns = run
     try:
         return derive_step_id(thread_id, ns, parent, step, new, serde=saver.store.serde)
     except SerializationError:
         return None  # put refuses the same value and names it
+
+
+# whether a loop's graph has delta channels: its channel types are fixed for the run, and
+# a graph has a channel per node and per edge, so this is worked out once per loop
+_delta: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _has_delta_channels(loop: Any, channels: Mapping[str, Any]) -> bool:
+    if _DeltaChannel is None:
+        return False
+    with _runs_lock:
+        found = _delta.get(loop)
+    if found is None:
+        delta = _DeltaChannel
+        found = any(issubclass(t, delta) for t in {type(ch) for ch in channels.values()})
+        with _runs_lock:
+            _delta[loop] = found
+    return found
 
 
 def _install_id_hook() -> None:
