@@ -136,6 +136,12 @@ def test_schema_version_1_is_upgraded(pg_url: str, admin: psycopg.Connection[Any
     version = admin.execute(f"SELECT value FROM \"{schema}\".remit_meta WHERE key = 'version'"
                             ).fetchone()
     assert version == (str(len(MIGRATIONS)),)
+    # version 3: lz4 TOAST compression where the server has it (this one does)
+    compression = admin.execute(
+        "SELECT attname, attcompression FROM pg_attribute WHERE attrelid = %s::regclass "
+        "AND attname IN ('data', 'metadata', 'versions')",
+        (f'"{schema}".remit_checkpoints',)).fetchall()
+    assert sorted(compression) == [("data", "l"), ("metadata", "l"), ("versions", "l")]
 
 
 def test_newer_schema_version_is_refused_and_data_kept(
