@@ -361,6 +361,22 @@ def test_invalid_state_refused_for_model_states(store_url: str, schema: Any,
         assert w.drive(app, "ainvoke", None, cfg, durability)["values"] == {"x": 20, "log": ""}
 
 
+@pytest.mark.parametrize("source", ["builder", "compiled"])
+def test_schema_taken_from_the_graph(store_url: str, source: str) -> None:
+    """schema= may name the StateGraph (or a compiled graph) instead of its state class."""
+    broken = {"on": True}
+    builder = cv_graph(w.PState, broken)
+    given = builder if source == "builder" else builder.compile()
+    with RemitSaver.from_conn_string(store_url, schema=given) as saver:
+        assert saver._schema is not None and saver._schema.schema is w.PState
+        app = builder.compile(checkpointer=saver)
+        cfg = w.cfg_of("cv-graph")
+        with pytest.raises(StateValidationError) as info:
+            app.invoke({"x": 1, "log": ""}, cfg, durability="sync")  # type: ignore[arg-type]
+        assert info.value.field == "x" and "'bad'" in str(info.value.step)
+        assert dict(app.get_state(cfg).values) == {"x": 2, "log": ""}
+
+
 @pytest.mark.parametrize("api", ["invoke", "ainvoke"])
 def test_invalid_state_under_exit_durability(store_url: str, api: str) -> None:
     """'exit' stores nothing until the run ends, so the one checkpoint it would store is

@@ -54,10 +54,22 @@ def _empty(base: Any) -> Any:
         return None
 
 
+def state_schema_of(schema: Any) -> Any:
+    """The state schema ``schema`` names: itself (a TypedDict, a pydantic model or a
+    dataclass), or the ``state_schema`` of a ``StateGraph`` or of a compiled graph's
+    builder, so that ``schema=builder`` declares what the graph already declares."""
+    builder = getattr(schema, "builder", schema)  # a compiled graph keeps its StateGraph
+    found = getattr(builder, "state_schema", None)
+    if found is not None and not isinstance(schema, type):
+        return found
+    return schema
+
+
 class GraphSchema:
     """The declared state of a graph: a TypedDict, a pydantic model or a dataclass."""
 
     def __init__(self, schema: Any) -> None:
+        schema = state_schema_of(schema)
         self.schema = schema
         self._state = StateSchema(schema)
         self._fields = self._state.field_names

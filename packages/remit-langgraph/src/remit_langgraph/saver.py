@@ -105,7 +105,8 @@ class RemitSaver(BaseCheckpointSaver[str]):
       ``get_tuple``; of k racing resumes one proceeds and the others raise
       :class:`~remit_core.ConsumeConflict` before any node runs. A resume value
       delivered where no interrupt is pending raises too, and stores nothing.
-    * CV: with ``schema`` (a TypedDict, pydantic model or dataclass), a node write or
+    * CV: with ``schema`` (a TypedDict, pydantic model or dataclass, or the
+      ``StateGraph`` whose ``state_schema`` it is), a node write or
       a checkpoint whose state violates it raises
       :class:`~remit_core.StateValidationError` naming the field and the node, and
       nothing of it is stored. Without ``schema`` nothing is validated.
