@@ -85,11 +85,11 @@ from typing import Any, ClassVar, ParamSpec, TypeVar, cast
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import redis
+import redis.exceptions
 from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
     BusyLoadingError,
-    ExternalAuthProviderError,
     ResponseError,
     TryAgainError,
 )
@@ -122,6 +122,13 @@ log = logging.getLogger("remit")
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+
+# Errors that a retry does not cure although redis-py files some under connection errors
+# (ExternalAuthProviderError exists in newer redis-py only).
+_AUTH_ERRORS: tuple[type[Exception], ...] = tuple(
+    e for e in (AuthenticationError, AuthorizationError,
+                getattr(redis.exceptions, "ExternalAuthProviderError", None))
+    if isinstance(e, type))
 
 # Append-only: never edit an entry, add a new one. Each entry is a Lua snippet that moves a
 # store from the layout before it to its own (it runs inside the open script, atomically,
@@ -1008,7 +1015,7 @@ class RedisStore(Store):
 
     def _is_transient(self, exc: BaseException) -> bool:
         # a wrong password is not cured by a retry, though redis-py files it under connections
-        if isinstance(exc, (AuthenticationError, AuthorizationError, ExternalAuthProviderError)):
+        if isinstance(exc, _AUTH_ERRORS):
             return False
         return isinstance(exc, (RedisConnectionError, RedisTimeoutError, BusyLoadingError,
                                 TryAgainError))
