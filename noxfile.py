@@ -130,3 +130,27 @@ def pydantic_graph(session: nox.Session, version: str, store: str) -> None:
     """remit-pydantic-graph on one pydantic-graph release and one backend."""
     run_adapter(session, "remit-pydantic-graph", "tests/pydantic_graph",
                 PYDANTIC_GRAPH[version], store)
+
+
+# ---------------------------------------------------------------------------- remit-core
+
+CORE_TESTS = [
+    "tests/test_store.py", "tests/test_store_postgres.py", "tests/test_store_redis.py",
+    "tests/test_store_model.py", "tests/test_config.py", "tests/test_serde.py",
+    "tests/test_validation.py", "tests/test_errors.py", "tests/test_races.py",
+]
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("store", STORES)
+def core_lowest(session: nox.Session, store: str) -> None:
+    """remit-core's store suite with its direct dependencies at the lowest versions its
+    pyproject allows (uv's ``--resolution lowest-direct``): the floors are tested, not
+    only the newest releases."""
+    session.install("--resolution", "lowest-direct", "-e", "shared[postgres,redis]",
+                    *TEST_TOOLS)
+    session.run("uv", "pip", "list", external=True)
+    session.run(
+        "pytest", *CORE_TESTS, *session.posargs,
+        env={"REMIT_REQUIRE_SERVICES": "1", "REMIT_BACKENDS": store},
+    )
