@@ -125,7 +125,9 @@ def test_eo_kill_sweep(zyg: w.Zygote, store_url: str, tmp_path: Path, api: str,
                        durability: str) -> None:
     """SIGKILL after each put/put_writes of a run (and inside each node right after its
     effect), then invoke(None) in a fresh process: every effect fired exactly once,
-    no durably completed node ran again, the final state is the uncrashed one."""
+    no durably completed node ran again, the final state is the uncrashed one. (Under
+    "async" the input task's writes may be stored before the input checkpoint; a crash
+    between leaves no checkpoint, and the recovery starts over with the input.)"""
     base_ledger = tmp_path / "base.txt"
     base = zyg.run("eo_run", store_url, "base", str(base_ledger), api, durability)
     total = base["calls"]
