@@ -154,3 +154,19 @@ def core_lowest(session: nox.Session, store: str) -> None:
         "pytest", *CORE_TESTS, *session.posargs,
         env={"REMIT_REQUIRE_SERVICES": "1", "REMIT_BACKENDS": store},
     )
+
+
+# ------------------------------------------------------------------ the default run, other Pythons
+
+OTHER_PYTHONS = ["3.12", "3.13"]
+
+
+@nox.session(python=OTHER_PYTHONS)
+def suite(session: nox.Session) -> None:
+    """The default test run (what ``.ci/run`` runs on 3.11) on a newer Python: the whole
+    workspace from uv.lock, every backend. The interpreter must be findable by uv
+    (``uv python install 3.13``; with pyenv, e.g. ``PYENV_VERSION=3.11.7:3.12.1:3.13.0``)."""
+    session.run_install(
+        "uv", "sync", "--frozen", "--all-packages", "--inexact",
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location}, external=True)
+    session.run("pytest", *session.posargs, env={"REMIT_REQUIRE_SERVICES": "1"})
