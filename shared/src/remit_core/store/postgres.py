@@ -168,6 +168,9 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
+#: take a run's advisory lock (see PostgresStore._lock_runs); parameter ``lock``
+_LOCK_RUN = "SELECT pg_advisory_xact_lock(%(lock)s::bigint)"
+
 #: the server clock as epoch seconds; one reading per evaluation
 NOW = "extract(epoch from clock_timestamp())::float8"
 
@@ -306,6 +309,19 @@ class PostgresStore(Store):
             "execution_id = excluded.execution_id, data = excluded.data, "
             "metadata = excluded.metadata, versions = excluded.versions "
             "RETURNING seq")
+        # pending writes, as rows of parallel arrays; by overwrite: replace or keep a key
+        self._writes_sql = {
+            overwrite: (
+                f"INSERT INTO {self._wr} (run_id, ns, checkpoint_id, task_id, idx, channel, "
+                "value, task_path) SELECT * FROM unnest(%(runs)s::text[], %(nss)s::text[], "
+                "%(cids)s::text[], %(tasks)s::text[], %(idxs)s::int[], %(channels)s::text[], "
+                "%(values)s::bytea[], %(paths)s::text[]) "
+                f"ON CONFLICT (run_id, ns, checkpoint_id, task_id, idx) {action}")
+            for overwrite, action in (
+                (True, "DO UPDATE SET channel = excluded.channel, value = excluded.value, "
+                       "task_path = excluded.task_path"),
+                (False, "DO NOTHING"))
+        }
         self._lock = threading.Lock()
         self._closed = False
         self._pid = os.getpid()
@@ -489,7 +505,7 @@ class PostgresStore(Store):
         that follows sees every write committed by the previous holder.
         """
         for key in sorted({self._run_lock(r) for r in run_ids}):
-            conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (key,))
+            conn.execute(_LOCK_RUN, {"lock": key})
 
     def _close(self) -> None:
         self._closed = True
@@ -629,7 +645,7 @@ class PostgresStore(Store):
         if not exclusive_child or row.parent_id is None:
             with self._conn() as conn:
                 seq = self._one_trip(
-                    conn, ["SELECT pg_advisory_xact_lock(%(lock)s::bigint)", *writes,
+                    conn, [_LOCK_RUN, *writes,
                            self._put_ck_sql], params)
             assert seq is not None
             return int(seq[0]), None
@@ -706,8 +722,6 @@ class PostgresStore(Store):
 
     def _write_writes(self, rows: list[WriteRow], overwrite: bool,
                       chunks: Mapping[bytes, bytes]) -> None:
-        action = ("DO UPDATE SET channel = excluded.channel, value = excluded.value, "
-                  "task_path = excluded.task_path") if overwrite else "DO NOTHING"
         # one row per key (an INSERT may not touch a row twice): the last one when
         # overwriting, else the first, as row-by-row inserts would leave it
         unique: dict[tuple[str, str, str, str, int], WriteRow] = {}
@@ -716,12 +730,7 @@ class PostgresStore(Store):
             if overwrite or key not in unique:
                 unique[key] = w
         kept = list(unique.values())
-        insert = (
-            f"INSERT INTO {self._wr} (run_id, ns, checkpoint_id, task_id, idx, channel, value, "
-            "task_path) SELECT * FROM unnest(%(runs)s::text[], %(nss)s::text[], "
-            "%(cids)s::text[], %(tasks)s::text[], %(idxs)s::int[], %(channels)s::text[], "
-            "%(values)s::bytea[], %(paths)s::text[]) "
-            f"ON CONFLICT (run_id, ns, checkpoint_id, task_id, idx) {action}")
+        insert = self._writes_sql[overwrite]
         params = {
             "runs": [w.run_id for w in kept], "nss": [w.ns for w in kept],
             "cids": [w.checkpoint_id for w in kept], "tasks": [w.task_id for w in kept],
@@ -735,8 +744,7 @@ class PostgresStore(Store):
                 # needed, as prune keeps a run's writes unless their checkpoint goes too
                 conn.execute(insert, params)
             else:
-                self._one_trip(conn, ["SELECT pg_advisory_xact_lock(%(lock)s::bigint)",
-                                      self._chunks_sql, insert], params)
+                self._one_trip(conn, [_LOCK_RUN, self._chunks_sql, insert], params)
 
     def _list_runs(self, limit: int | None) -> list[RunInfo]:
         with self._conn() as conn:

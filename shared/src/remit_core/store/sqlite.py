@@ -182,10 +182,10 @@ class SqliteStore(Store):
         self._memory_conn: sqlite3.Connection | None = None
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
+        # the writer lock and connection of this process (remade in a forked child)
         self._wlock = threading.Lock()
-        self._wlock_pid = os.getpid()
         self._wconn: sqlite3.Connection | None = None
-        self._wconn_pid = os.getpid()
+        self._wpid = os.getpid()
         self._migrate()
 
     @classmethod
@@ -268,10 +268,10 @@ class SqliteStore(Store):
         One connection, not one per thread: a connection's page cache is dropped whenever
         another connection has written since its last transaction, so a step whose
         checkpoint and task writes LangGraph stores from two threads would re-read the
-        b-tree pages it just wrote on every transaction. A forked child opens its own."""
-        if self._wconn is None or self._wconn_pid != os.getpid():
+        b-tree pages it just wrote on every transaction. A forked child opens its own
+        (_writer_lock, taken first, forgets the parent's)."""
+        if self._wconn is None:
             self._wconn = self._connect(shared=True)
-            self._wconn_pid = os.getpid()
         return self._wconn
 
     def _writer_lock(self) -> threading.Lock:
@@ -282,10 +282,12 @@ class SqliteStore(Store):
         two threads) would wait for the first in SQLite's busy handler, which sleeps
         in steps of milliseconds, while a lock hands over at once. Other processes
         still wait in the busy handler. A forked child gets a fresh lock (another thread
-        may have held the parent's at the fork)."""
-        if self._wlock_pid != os.getpid():
+        may have held the parent's at the fork) and no write connection (SQLite's may not
+        cross a fork)."""
+        if self._wpid != os.getpid():
             self._wlock = threading.Lock()
-            self._wlock_pid = os.getpid()
+            self._wconn = None
+            self._wpid = os.getpid()
         return self._wlock
 
     @contextlib.contextmanager
