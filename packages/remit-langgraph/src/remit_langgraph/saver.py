@@ -337,7 +337,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
             kind=str(stored_metadata.get("source", "loop")),
             data=data,
             metadata=stored_metadata,
-            versions={ch: str(v) for ch, v in versions.items()},
+            versions=versions,  # (the store stores each as str(version))
             new_values={
                 ch: (str(version), storable(values[ch], serde) if ch in values else EMPTY)
                 for ch, version in new_versions.items()

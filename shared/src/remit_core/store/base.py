@@ -139,7 +139,7 @@ class Store(ABC):
         kind: str = "step",
         data: Any = None,
         metadata: Any = None,
-        versions: Mapping[str, str] | None = None,
+        versions: Mapping[str, object] | None = None,
         new_values: Mapping[str, tuple[str, Any]] | None = None,
         execution_id: str | None = None,
         validate: Callable[[], object] | None = None,
@@ -153,7 +153,8 @@ class Store(ABC):
         * ``new_values`` maps channel -> (version, value); a (channel, version) pair is
           stored once, however many checkpoints refer to it.
         * ``versions`` is the full channel -> version map of this checkpoint (it
-          defaults to the versions of ``new_values``).
+          defaults to the versions of ``new_values``); each version is stored as its
+          ``str()``.
         * Writing the same ``checkpoint_id`` again replaces it and keeps its ``seq``.
         * ``exclusive_child`` (CO): refuse with :class:`ConsumeConflict` when another
           checkpoint of the same ``kind`` already has this ``parent_id``; one parent
@@ -166,9 +167,9 @@ class Store(ABC):
             validate()
         new_values = new_values or {}
         where = f"checkpoint {checkpoint_id!r} of run {run_id!r}"
-        all_versions = dict(versions) if versions is not None else {}
+        all_versions = {str(k): str(v) for k, v in (versions or {}).items()}
         for channel, (version, _) in new_values.items():
-            all_versions.setdefault(channel, version)
+            all_versions.setdefault(str(channel), str(version))
         row = CheckpointRow(
             run_id=run_id,
             ns=ns,
@@ -178,7 +179,7 @@ class Store(ABC):
             execution_id=execution_id,
             data=self.serde.encode(data, record=f"{where} (data)"),
             metadata=self.serde.encode(metadata, record=f"{where} (metadata)"),
-            versions={str(k): str(v) for k, v in all_versions.items()},
+            versions=all_versions,
             created_at=0.0,
         )
         chunks: dict[bytes, bytes] = {}
