@@ -183,8 +183,10 @@ def run(name: str, store: str, pytest_args: Sequence[str], json_out: str | None)
             "REMIT_UPSTREAM_STORE": store,
             "REMIT_UPSTREAM_REPORT": str(report),
         }
+        # test paths given on the command line replace the suite's default selection
+        paths = [] if any(a.startswith("tests") for a in pytest_args) else list(suite.args)
         command = [
-            sys.executable, "-m", "pytest", *suite.args, "-p", suite.plugin,
+            sys.executable, "-m", "pytest", *paths, "-p", suite.plugin,
             # the suite's own addopts, less --full-trace and --durations
             "-o", "addopts=--strict-markers --snapshot-warn-unused",
             "-p", "no:cacheprovider", "-q", "--tb=short", "--timeout=180",
