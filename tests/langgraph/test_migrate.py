@@ -17,12 +17,15 @@ import json
 import multiprocessing as mp
 import operator
 import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import ormsgpack
 import psycopg
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -36,7 +39,7 @@ from langgraph.types import Command, Send, interrupt
 from remit_core import Store, open_store
 from remit_core.cli import main
 from remit_core.effects import receipt_key
-from remit_core.migrate import MigrationError
+from remit_core.migrate import MigrationError, RecordsRefused
 from remit_langgraph import ConsumeConflict, RemitSaver
 from remit_langgraph.migrate import MARKER_RUN, migrate
 
@@ -369,6 +372,123 @@ def test_values_stored_with_pickle_are_refused_never_unpickled(tmp_path: Path,
     stock.get_tuple(cfg("p"))  # control: the stock saver itself does unpickle
     assert UNPICKLED
     conn.close()
+
+
+# ====================================================================== crafted stock records
+
+EXT_SINGLE_ARG, EXT_KW_ARGS = 0, 2  # LangGraph's msgpack ext codes for a constructor call
+
+
+def constructor_ext(code: int, module: str, name: str, arg: Any) -> bytes:
+    """A msgpack record as LangGraph's serializer writes a constructor call: an ext whose
+    payload is (module, name, argument)."""
+    return bytes(ormsgpack.packb(ormsgpack.Ext(code, ormsgpack.packb([module, name, arg]))))
+
+
+def inject_write(source: str, thread: str, task_id: str, type_: str, value: bytes) -> None:
+    """Add a row to the stock writes table at the thread's latest checkpoint, the way the
+    stock saver stores one (the SQLite saver's ``value``, PostgreSQL's ``blob`` column)."""
+    (ns, cid), = stock_rows(source, "SELECT checkpoint_ns, MAX(checkpoint_id) FROM checkpoints "
+                                    "WHERE thread_id = ? AND checkpoint_ns = '' "
+                                    "GROUP BY checkpoint_ns", (thread,))
+    if source.startswith("postgresql://"):
+        with psycopg.connect(source, autocommit=True) as conn:
+            conn.execute("INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id,"
+                         " task_id, task_path, idx, channel, type, blob) VALUES "
+                         "(%s, %s, %s, %s, '', 0, 'items', %s, %s)",
+                         (thread, ns, cid, task_id, type_, value))
+        return
+    path, empty = (", task_path", ", ''") if stock_has_task_path(source) else ("", "")
+    with contextlib.closing(sqlite3.connect(source)) as lite:
+        lite.execute(f"INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id"
+                     f"{path}, idx, channel, type, value) VALUES (?, ?, ?, ?{empty}, 0, "
+                     "'items', ?, ?)", (thread, ns, cid, task_id, type_, value))
+        lite.commit()
+
+
+@pytest.fixture
+def canary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An importable module ``remit_canary_mod`` that touches a file when imported."""
+    marker = tmp_path / "canary-imported"
+    pkg = tmp_path / "canary_path"
+    pkg.mkdir()
+    (pkg / "remit_canary_mod.py").write_text(
+        f"import dataclasses, pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+        "@dataclasses.dataclass\nclass Thing:\n    x: int = 0\n")
+    monkeypatch.syspath_prepend(str(pkg))
+    yield marker
+    sys.modules.pop("remit_canary_mod", None)
+
+
+def test_the_cli_runs_no_code_from_a_crafted_stock_file(stock_file: str, tmp_path: Path) -> None:
+    """A write holding LangGraph's constructor ext ["os", "system", "touch …"]: remit
+    migrate runs nothing, imports nothing of that thread, names the thread and the type it
+    refused, and exits non-zero; the other thread is imported."""
+    marker = tmp_path / "pwned"
+    inject_write(stock_file, "parked", "evil", "msgpack",
+                 constructor_ext(EXT_SINGLE_ARG, "os", "system", f"touch {marker}"))
+    url = f"sqlite:///{tmp_path}/target.db"
+    remit = Path(sys.executable).with_name("remit")
+    done = subprocess.run([str(remit), "migrate", "langgraph", "--from", stock_file, "--to", url],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    output = done.stdout + done.stderr
+    assert not marker.exists(), output
+    assert done.returncode == 1, output
+    assert "'parked'" in output and "os.system" in output, output
+    assert "Deserializing unregistered type" not in output
+    with open_store(url) as store:
+        assert [r.run_id for r in store.list_runs()] == ["done"]
+        assert list(store.list_checkpoints("parked")) == []
+        assert_same(stock_file, store, ["done"])
+
+
+def test_migrate_and_legacy_refuse_crafted_records_and_report_them(
+        stock: str, store: Store, tmp_path: Path, canary: Path) -> None:
+    marker = tmp_path / "pwned"
+    inject_write(stock, "parked", "evil-1", "msgpack",
+                 constructor_ext(EXT_SINGLE_ARG, "os", "system", f"touch {marker}"))
+    nested = ormsgpack.packb(["fine", {"deep": [ormsgpack.Ext(EXT_KW_ARGS, ormsgpack.packb(
+        ["remit_canary_mod", "Thing", {"x": 1}]))]}])
+    inject_write(stock, "parked", "evil-2", "msgpack", bytes(nested))
+    inject_write(stock, "parked", "evil-3", "json", json.dumps(
+        {"lc": 2, "type": "constructor", "id": ["os", "system"], "args": [f"touch {marker}"]}
+    ).encode())
+    before = set(sys.modules)
+
+    with pytest.raises(RecordsRefused) as caught:
+        migrate(stock, store)
+    text = str(caught.value)
+    assert "'parked'" in text and "'done'" not in text
+    for name in ("os.system", "remit_canary_mod.Thing"):
+        assert name in text
+    for task in ("evil-1", "evil-2", "evil-3"):
+        assert task in text
+    assert list(caught.value.refused) == ["parked"]
+    assert len(caught.value.refused["parked"]) == 3  # one line per refused record
+    assert caught.value.report is not None and caught.value.report.runs == 1
+    assert [r.run_id for r in store.list_runs()] == ["done"]  # the clean thread is imported
+
+    with open_stock(stock) as old:
+        saver = RemitSaver(store, legacy=old)
+        with pytest.raises(MigrationError, match=r"os\.system"):
+            saver.get_tuple(cfg("parked"))
+    assert list(store.list_checkpoints("parked")) == []
+    assert not marker.exists() and not canary.exists()
+    assert "remit_canary_mod" not in set(sys.modules) - before
+
+
+def test_an_allow_listed_type_of_ones_own_is_imported(stock_file: str, store: Store,
+                                                      canary: Path) -> None:
+    """The allow-list is exact names given before the read: a type named there is decoded."""
+    inject_write(stock_file, "parked", "mine", "msgpack",
+                 constructor_ext(EXT_KW_ARGS, "remit_canary_mod", "Thing", {}))
+    with pytest.raises(MigrationError, match=r"remit_canary_mod\.Thing"):
+        migrate(stock_file, store, run_id="parked")
+    assert not canary.exists()
+    import remit_canary_mod  # the app's own module, imported by the app
+
+    report = migrate(stock_file, store, run_id="parked", allow=[remit_canary_mod.Thing])
+    assert report.runs == 1 and not report.refused
 
 
 # ============================================================================ legacy= saver

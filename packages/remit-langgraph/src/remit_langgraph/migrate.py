@@ -18,8 +18,25 @@ What is read, and how:
   the ``pending_writes`` of a ``CheckpointTuple`` carry (task_id, channel,
   value) only, and the ``task_path`` they drop decides the order LangGraph
   applies parallel tasks' writes in.
-* The stock serializer runs with pickle fallback off: a record stored with
-  pickle raises :class:`~remit_core.migrate.MigrationError`, it is never unpickled.
+* Nothing stored is decoded before it is checked. LangGraph's msgpack records
+  name the classes they are rebuilt from (an ext holding ``(module, name, args)``),
+  and its decoder, by default, imports any module and calls any name so found. So
+  every stock record of a thread is first read by remit's own scan, which parses
+  the bytes without resolving anything and collects each name a record holds: every
+  one must be on the allow-list (exact ``(module, name)`` pairs, fixed before the
+  read: the types LangGraph itself writes for standard values and messages,
+  LangGraph's own ``SAFE_MSGPACK_TYPES`` where the installed langgraph-checkpoint
+  has them, the stock serializer's own ``allowed_msgpack_modules`` if it was given
+  one, and ``allow=``). A thread with a record that names anything else, was stored
+  with pickle, or does not parse is refused whole: nothing of it is decoded or
+  imported, no module it names is imported, and the refusal
+  (:class:`~remit_core.migrate.RecordsRefused`) names the thread, each record and
+  what it names. ``migrate`` imports the other threads, then raises it (so
+  ``remit migrate`` exits 1); ``legacy=`` raises it on the thread's first use.
+  The records that pass are decoded by LangGraph's serializer in its strict mode
+  (``allowed_msgpack_modules`` set to the same allow-list, pickle off), behind the
+  same check (which also covers records only the stock serializer can read, such as
+  encrypted ones).
 
 What is written, and how: each checkpoint through ``RemitSaver.put`` (one
 atomic store write; with ``schema=`` it is validated), each task's writes
@@ -40,18 +57,21 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import ormsgpack
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from remit_core import Store, effect, open_store
 from remit_core.effects import effect_scope
-from remit_core.migrate import MigrationError, MigrationReport
+from remit_core.migrate import MigrationError, MigrationReport, RecordsRefused
 from remit_core.urls import mask_url
 from remit_langgraph._serde import storable
 
@@ -97,12 +117,262 @@ class StockThread:
         return len(self.checkpoints) + sum(len(w) for w in self.writes.values())
 
 
-class StockSource:
-    """A stock ``SqliteSaver`` or ``PostgresSaver`` to read threads from (never written)."""
+Allowed = frozenset[tuple[str, ...]]
+"""Exact ``(module, name)`` pairs (and, for method records, ``(module, name, method)``)."""
 
-    def __init__(self, saver: BaseCheckpointSaver[Any], *, label: str | None = None) -> None:
+# The classes LangGraph's serializer writes as constructor records for standard values
+# (its encoder's own list, for langgraph-checkpoint releases without SAFE_MSGPACK_TYPES).
+_STANDARD: Allowed = frozenset({
+    ("datetime", "datetime"), ("datetime", "date"), ("datetime", "time"),
+    ("datetime", "timedelta"), ("datetime", "timezone"), ("uuid", "UUID"),
+    ("decimal", "Decimal"), ("builtins", "set"), ("builtins", "frozenset"),
+    ("collections", "deque"), ("zoneinfo", "ZoneInfo"), ("re", "compile"),
+    *(("ipaddress", f"IPv{v}{kind}") for v in (4, 6) for kind in ("Address", "Interface",
+                                                                  "Network")),
+    *((module, name) for module in ("pathlib", "pathlib._local")
+      for name in ("Path", "PosixPath", "WindowsPath")),
+    *(("langgraph.types", name) for name in ("Send", "Interrupt", "Command")),
+    *((f"langchain_core.messages.{module}", f"{name}{chunk}")
+      for module, name in (("base", "BaseMessage"), ("human", "HumanMessage"),
+                           ("ai", "AIMessage"), ("system", "SystemMessage"),
+                           ("chat", "ChatMessage"), ("tool", "ToolMessage"),
+                           ("function", "FunctionMessage"))
+      for chunk in ("", "Chunk")),
+    ("langchain_core.messages.modifier", "RemoveMessage"),
+})
+_STANDARD_METHODS: Allowed = frozenset({("datetime", "datetime", "fromisoformat")})
+
+# LangGraph's msgpack ext codes (langgraph.checkpoint.serde.jsonplus): a constructor
+# call with one argument, positional or keyword arguments; a class method call; pydantic
+# v1 and v2 models; a numpy array; a DeltaChannel snapshot (langgraph-checkpoint 4).
+_EXT_CONSTRUCTORS = frozenset({0, 1, 2, 4, 5})
+_EXT_METHOD, _EXT_NUMPY, _EXT_DELTA = 3, 6, 7
+
+
+def default_allowed() -> tuple[Allowed, Allowed]:
+    """The allow-list used when nothing is added: (types, methods)."""
+    types: set[tuple[str, ...]] = set(_STANDARD)
+    methods: set[tuple[str, ...]] = set(_STANDARD_METHODS)
+    with contextlib.suppress(ImportError):  # langgraph-checkpoint >= 3
+        from langgraph.checkpoint.serde import _msgpack
+
+        types |= set(_msgpack.SAFE_MSGPACK_TYPES)
+        methods |= set(getattr(_msgpack, "SAFE_MSGPACK_METHODS", ()))
+    with contextlib.suppress(ImportError):  # langgraph's own curated list of message types
+        from langgraph._internal._serde import curated_core_allowlist
+
+        types |= set(curated_core_allowlist())
+    return frozenset(types), frozenset(methods)
+
+
+def _normalise(allow: Iterable[tuple[str, str] | type]) -> set[tuple[str, ...]]:
+    out: set[tuple[str, ...]] = set()
+    for item in allow:
+        if isinstance(item, type):
+            out.add((item.__module__, item.__name__))
+        elif (isinstance(item, tuple) and len(item) == 2
+              and all(isinstance(part, str) for part in item)):
+            out.add(item)
+        else:
+            raise TypeError(f"allow= takes classes or (module, name) pairs, not {item!r}")
+    return out
+
+
+def _serde_allowlist(serde: Any) -> set[tuple[str, ...]]:
+    """The exact names a stock serializer (or the one it wraps) was told to allow."""
+    found: set[tuple[str, ...]] = set()
+    while serde is not None:
+        listed = getattr(serde, "_allowed_msgpack_modules", None)
+        if isinstance(listed, set | frozenset):
+            found |= {tuple(k) for k in listed if isinstance(k, tuple)
+                      and all(isinstance(p, str) for p in k)}
+        serde = getattr(serde, "serde", None)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Ext:
+    """An ext record as parsed, not resolved."""
+
+    code: int
+    data: bytes
+
+
+def _parse(data: bytes) -> Any:
+    # ext records become _Ext values: nothing inside one is parsed, named or resolved here
+    return ormsgpack.unpackb(data, ext_hook=_Ext, option=ormsgpack.OPT_NON_STR_KEYS)
+
+
+def _lc_key(value: dict[Any, Any]) -> tuple[str, ...] | None:
+    """The (module, name) a LangChain/LangGraph JSON constructor record names."""
+    ids = value.get("id")
+    if not (isinstance(ids, list) and len(ids) >= 2 and all(isinstance(p, str) for p in ids)):
+        return None
+    if value.get("lc") == 1:  # LangChain's legacy ids map to their import paths
+        with contextlib.suppress(ImportError):
+            from langchain_core.load import mapping
+
+            for table in ("SERIALIZABLE_MAPPING", "_OG_SERIALIZABLE_MAPPING",
+                          "OLD_CORE_NAMESPACES_MAPPING"):
+                target = getattr(mapping, table, {}).get(tuple(ids))
+                if target:
+                    ids = list(target)
+                    break
+    return (".".join(ids[:-1]), ids[-1])
+
+
+def scan_record(type_: str, data: bytes | None, allowed: Allowed,
+                methods: Allowed = _STANDARD_METHODS) -> list[str]:
+    """What a stock record names that is not allowed (empty: it may be decoded).
+
+    Parses the bytes without resolving anything: no import, no attribute lookup, no
+    call; nesting is walked with a list, not by recursion per ext."""
+    if type_ in ("null", "empty", "bytes", "bytearray"):
+        return []
+    if type_ == "pickle":
+        return ["a value stored with pickle (remit never unpickles stored bytes)"]
+    if data is None:
+        return []
+    refused: list[str] = []
+    try:
+        if type_ == "json":
+            return _scan_json(json.loads(data), allowed)
+        if type_ != "msgpack":
+            return []  # only the stock serializer reads it (e.g. encrypted): checked there
+        todo: list[Any] = [_parse(data)]
+        while todo:
+            value = todo.pop()
+            if isinstance(value, dict):
+                todo.extend(value.keys())
+                todo.extend(value.values())
+            elif isinstance(value, list | tuple):
+                todo.extend(value)
+            elif isinstance(value, _Ext):
+                if value.code == _EXT_DELTA:
+                    todo.append(_parse(value.data))
+                    continue
+                if value.code == _EXT_NUMPY:
+                    if ("numpy", "ndarray") not in allowed:
+                        refused.append("names numpy.ndarray")
+                    continue
+                inner = _parse(value.data)
+                if not (isinstance(inner, list) and len(inner) >= 3
+                        and isinstance(inner[0], str) and isinstance(inner[1], str)):
+                    refused.append(f"holds a malformed ext record (code {value.code})")
+                elif value.code in _EXT_CONSTRUCTORS:
+                    if (inner[0], inner[1]) in allowed:
+                        todo.append(inner[2])
+                    else:
+                        refused.append(f"names {inner[0]}.{inner[1]}")
+                elif value.code == _EXT_METHOD and len(inner) >= 4 and isinstance(inner[3], str):
+                    if (inner[0], inner[1], inner[3]) in methods:
+                        todo.append(inner[2])
+                    else:
+                        refused.append(f"names {inner[0]}.{inner[1]}.{inner[3]}")
+                else:
+                    refused.append(f"holds an ext record of unknown code {value.code}")
+    except (ValueError, TypeError, RecursionError) as exc:  # msgpack / JSON parse errors
+        refused.append(f"does not parse as {type_}: {type(exc).__name__}")
+    return refused
+
+
+def _scan_json(root: Any, allowed: Allowed) -> list[str]:
+    refused: list[str] = []
+    todo: list[Any] = [root]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, list):
+            todo.extend(value)
+        elif isinstance(value, dict):
+            if value.get("lc") in (1, 2) and "type" in value:
+                kind = value.get("type")
+                key = _lc_key(value)
+                name = ".".join(key) if key else repr(value.get("id"))
+                if kind != "constructor":
+                    refused.append(f"holds a LangChain {kind!r} record ({name})")
+                    continue
+                if key is None or key not in allowed:
+                    refused.append(f"names {name}")
+                    continue
+                if value.get("lc") == 2 and value.get("method") not in (None, [None]):
+                    refused.append(f"names {name}.{value.get('method')}")
+                    continue
+            todo.extend(value.values())
+    return refused
+
+
+class _Refused(Exception):
+    def __init__(self, what: list[str]) -> None:
+        self.what = what
+        super().__init__("; ".join(what))
+
+
+class _GuardedSerde:
+    """The stock serializer's decoding, behind :func:`scan_record`: a record that names
+    anything not allowed is refused before any decoder sees it."""
+
+    def __init__(self, inner: Any, allowed: Allowed, methods: Allowed) -> None:
+        self.inner = inner
+        self.allowed = allowed
+        self.methods = methods
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        return self.inner.dumps_typed(obj)  # type: ignore[no-any-return]
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        type_, raw = data
+        refused = scan_record(type_, raw, self.allowed, self.methods)
+        if refused:
+            raise _Refused(refused)
+        return self.inner.loads_typed(data)
+
+
+def _strict_jsonplus(allowed: Allowed) -> Any:
+    """LangGraph's serializer in its strict mode: pickle off, only ``allowed`` revived."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    params = inspect.signature(JsonPlusSerializer.__init__).parameters
+    if "allowed_msgpack_modules" not in params:  # langgraph-checkpoint 2.1.x: no allow-list;
+        return JsonPlusSerializer(pickle_fallback=False)  # scan_record checked every name
+    pairs = sorted(k for k in allowed if len(k) == 2)
+    json_ids = sorted((*k[0].split("."), k[1]) for k in pairs)
+    options: dict[str, Any] = {"allowed_msgpack_modules": pairs}
+    if "allowed_json_modules" in params:
+        options["allowed_json_modules"] = json_ids
+    return JsonPlusSerializer(pickle_fallback=False, **options)
+
+
+def _guarded(serde: Any, allowed: Allowed, methods: Allowed) -> Any:
+    """``serde`` with its innermost LangGraph serializer replaced by a guarded strict one;
+    wrappers (EncryptedSerializer, SerializerCompat) are copied, never changed."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    if isinstance(serde, JsonPlusSerializer):
+        return _GuardedSerde(_strict_jsonplus(allowed), allowed, methods)
+    inner = getattr(serde, "serde", None)
+    if inner is not None:
+        clone = copy.copy(serde)
+        clone.serde = _guarded(inner, allowed, methods)
+        return clone
+    return _GuardedSerde(serde, allowed, methods)  # a serializer of the app's own
+
+
+class StockSource:
+    """A stock ``SqliteSaver`` or ``PostgresSaver`` to read threads from (never written).
+
+    ``allow``: classes or exact ``(module, name)`` pairs that stock records may name, in
+    addition to the default allow-list and the stock serializer's own
+    ``allowed_msgpack_modules`` (see the module docstring)."""
+
+    def __init__(self, saver: BaseCheckpointSaver[Any], *, label: str | None = None,
+                 allow: Iterable[tuple[str, str] | type] = ()) -> None:
         self.kind = _kind(saver)
-        self.saver: Any = _without_pickle(saver)
+        types, methods = default_allowed()
+        self.allowed: Allowed = frozenset(types | _serde_allowlist(saver.serde)
+                                          | _normalise(allow))
+        self.methods = methods
+        self.saver: Any = copy.copy(saver)  # shares the connection and the lock
+        self.saver.serde = _guarded(saver.serde, self.allowed, methods)
         self.label = label or type(saver).__name__
         self._task_path: bool | None = None
 
@@ -133,27 +403,79 @@ class StockSource:
         except Exception as exc:
             raise MigrationError(f"could not list the threads of {self.label}: {exc}") from exc
 
+    def _scan_checkpoints(self, thread_id: str) -> list[str]:
+        """What the thread's stored checkpoints (SQLite) or channel blobs (PostgreSQL)
+        name that is not allowed, one line per record."""
+        refused: list[str] = []
+        if self.kind == "sqlite":
+            rows = self._query("SELECT checkpoint_ns, checkpoint_id, type, checkpoint FROM "
+                               "checkpoints WHERE thread_id = ?", (thread_id,))
+            for ns, cid, type_, data in rows:
+                for what in scan_record(str(type_), _bytes(data), self.allowed, self.methods):
+                    refused.append(f"checkpoint {cid!s}{_in_ns(ns)}: {what}")
+        else:
+            rows = self._query("SELECT checkpoint_ns, channel, version, type, blob FROM "
+                               "checkpoint_blobs WHERE thread_id = ?", (thread_id,))
+            for ns, channel, version, type_, data in rows:
+                for what in scan_record(str(type_), _bytes(data), self.allowed, self.methods):
+                    refused.append(f"channel {channel!r} version {version!s}{_in_ns(ns)}: "
+                                   f"{what}")
+        return refused
+
     def read_thread(self, thread_id: str) -> StockThread:
-        """The thread's checkpoints (stock ``list``) and pending writes (stock table)."""
+        """The thread's checkpoints (stock ``list``) and pending writes (stock table).
+
+        Raises :class:`~remit_core.migrate.RecordsRefused` (nothing decoded) when a
+        record of the thread names what is not allowed."""
         table, value = ("writes", "value") if self.kind == "sqlite" else ("checkpoint_writes", "blob")
         try:
-            found = list(self.saver.list({"configurable": {"thread_id": thread_id}}))
             path = "task_path" if self._has_task_path() else "''"
             rows = self._query(
                 f"SELECT checkpoint_ns, checkpoint_id, task_id, {path}, idx, channel, type, "
                 f"{value} FROM {table} WHERE thread_id = ?", (thread_id,))
+            refused = self._scan_checkpoints(thread_id)
+            for ns, cid, task_id, _path, idx, channel, type_, data in rows:
+                for what in scan_record(str(type_), _bytes(data), self.allowed, self.methods):
+                    refused.append(f"pending write of task {task_id!r} (channel {channel!r}, "
+                                   f"idx {idx}) on checkpoint {cid!s}{_in_ns(ns)}: {what}")
+        except Exception as exc:
+            raise _read_error(self.label, thread_id, exc) from exc
+        if refused:
+            raise RecordsRefused(self.label, {thread_id: refused}, hint=REFUSED_HINT)
+        try:
+            found = list(self.saver.list({"configurable": {"thread_id": thread_id}}))
             loads = self.saver.serde.loads_typed
             writes: dict[tuple[str, str], list[StockWrite]] = {}
             for ns, cid, task_id, task_path, idx, channel, type_, data in rows:
                 writes.setdefault((str(ns), str(cid)), []).append(StockWrite(
                     str(task_id), str(task_path), int(idx), str(channel),
-                    loads((type_, bytes(data) if data is not None else data))))
+                    loads((type_, _bytes(data)))))
+        except _Refused as exc:  # a record only the stock serializer could parse
+            raise RecordsRefused(self.label, {thread_id: [f"a stored record: {w}"
+                                                          for w in exc.what]},
+                                 hint=REFUSED_HINT) from None
         except Exception as exc:
             raise _read_error(self.label, thread_id, exc) from exc
         for rows_of_one in writes.values():
             rows_of_one.sort(key=lambda w: (w.task_path, w.task_id, w.idx))
         found.reverse()  # stock lists newest first (checkpoint id descending)
         return StockThread(thread_id, found, writes)
+
+
+REFUSED_HINT = (
+    "A name outside the allow-list is never imported or called. If a type named is your "
+    "own and you trust the file, allow it by exact name: remit_langgraph.migrate.migrate("
+    "source, target, allow=[YourClass or ('module', 'Name')]), or for legacy= give the "
+    "stock saver JsonPlusSerializer(allowed_msgpack_modules=[...]). Otherwise remove the "
+    "record with the stock saver, then import again.")
+
+
+def _bytes(data: Any) -> bytes | None:
+    return bytes(data) if data is not None else None
+
+
+def _in_ns(ns: Any) -> str:
+    return f" (namespace {ns!s})" if ns else ""
 
 
 def _kind(saver: Any) -> str:
@@ -169,46 +491,14 @@ def _kind(saver: Any) -> str:
     )
 
 
-def _without_pickle(saver: BaseCheckpointSaver[Any]) -> BaseCheckpointSaver[Any]:
-    """The saver, or a shallow copy of it whose serializer never unpickles."""
-    safe = _serde_without_pickle(saver.serde)
-    if safe is saver.serde:
-        return saver
-    clone = copy.copy(saver)  # shares the connection and the lock
-    clone.serde = safe
-    return clone
-
-
-def _serde_without_pickle(serde: Any) -> Any:
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
-    if isinstance(serde, JsonPlusSerializer):
-        if not serde.pickle_fallback:
-            return serde
-        serde = copy.copy(serde)
-        serde.pickle_fallback = False
-        return serde
-    inner = getattr(serde, "serde", None)  # EncryptedSerializer, SerializerCompat
-    if inner is not None and (safe := _serde_without_pickle(inner)) is not inner:
-        serde = copy.copy(serde)
-        serde.serde = safe
-    return serde
-
-
 def _read_error(label: str, thread_id: str, exc: Exception) -> MigrationError:
-    if "pickle" in str(exc):
-        return MigrationError(
-            f"thread {thread_id!r} of {label} holds a value stored with pickle; remit never "
-            "unpickles stored bytes. Load the thread with the stock saver and store the value "
-            "as a type its msgpack serializer handles (or drop it), then import again."
-        )
     return MigrationError(f"could not read thread {thread_id!r} from {label}: "
                           f"{type(exc).__name__}: {exc}")
 
 
 @contextlib.contextmanager
-def open_source(source: str | os.PathLike[str] | BaseCheckpointSaver[Any]
-                ) -> Iterator[StockSource]:
+def open_source(source: str | os.PathLike[str] | BaseCheckpointSaver[Any], *,
+                allow: Iterable[tuple[str, str] | type] = ()) -> Iterator[StockSource]:
     """A stock saver to read from: an instance (left open), a SQLite file path
     (``sqlite:///`` prefix optional) or a ``postgresql://`` URL (closed on exit).
 
@@ -217,19 +507,20 @@ def open_source(source: str | os.PathLike[str] | BaseCheckpointSaver[Any]
     created in the source.
     """
     if isinstance(source, BaseCheckpointSaver):
-        yield StockSource(source)
+        yield StockSource(source, allow=allow)
         return
     text = os.fspath(source)
     if text.startswith(("postgresql://", "postgres://")):
-        with _open_postgres(text) as found:
+        with _open_postgres(text, allow) as found:
             yield found
     else:
-        with _open_sqlite(text) as found:
+        with _open_sqlite(text, allow) as found:
             yield found
 
 
 @contextlib.contextmanager
-def _open_sqlite(text: str) -> Iterator[StockSource]:
+def _open_sqlite(text: str, allow: Iterable[tuple[str, str] | type]
+                 ) -> Iterator[StockSource]:
     import sqlite3
 
     path = text.removeprefix("sqlite:///") if text.startswith("sqlite:///") else text
@@ -250,11 +541,12 @@ def _open_sqlite(text: str) -> Iterator[StockSource]:
         raise MigrationError(f"{path!r} holds no LangGraph checkpoints (no 'checkpoints' and "
                              "'writes' tables of a stock SqliteSaver)")
     with SqliteSaver.from_conn_string(path) as saver:
-        yield StockSource(saver, label=path)
+        yield StockSource(saver, label=path, allow=allow)
 
 
 @contextlib.contextmanager
-def _open_postgres(url: str) -> Iterator[StockSource]:
+def _open_postgres(url: str, allow: Iterable[tuple[str, str] | type]
+                   ) -> Iterator[StockSource]:
     label = mask_url(url)
     try:
         from langgraph.checkpoint.postgres import PostgresSaver
@@ -279,7 +571,7 @@ def _open_postgres(url: str) -> Iterator[StockSource]:
                 f"{label} holds no LangGraph checkpoints (no 'checkpoints' and "
                 "'checkpoint_writes' tables on the search path; for another schema add "
                 "?options=-csearch_path%3D<schema> to the URL)")
-        yield StockSource(saver, label=label)
+        yield StockSource(saver, label=label, allow=allow)
 
 
 # ===================================================================================== writing
@@ -383,20 +675,27 @@ def _import_newer(saver: RemitSaver, stock: StockThread, before: Frontier,
 
 
 def migrate(source: str | os.PathLike[str] | BaseCheckpointSaver[Any], target: str | Store,
-            *, run_id: str | None = None) -> MigrationReport:
+            *, run_id: str | None = None,
+            allow: Iterable[tuple[str, str] | type] = ()) -> MigrationReport:
     """Import every thread (or only ``run_id``) of a stock LangGraph saver into remit.
 
     ``source``: a stock ``SqliteSaver`` file path, a ``postgresql://`` URL of a stock
     ``PostgresSaver`` database, or an open ``SqliteSaver``/``PostgresSaver``.
     ``target``: a remit store URL or an open :class:`~remit_core.Store`.
+    ``allow``: classes of your own (or exact ``(module, name)`` pairs) that stored
+    records may name, beyond the default allow-list (see the module docstring).
 
     Running it again stores nothing twice: what is already imported is counted in
     ``skipped``, and only what the stock saver wrote since is added.
+
+    A thread holding a record that names anything not allowed is not imported; the
+    others are, and then :class:`~remit_core.migrate.RecordsRefused` is raised, naming
+    each refused thread and record (its ``report`` is what was imported).
     """
     from remit_langgraph.saver import RemitSaver
 
     with contextlib.ExitStack() as stack:
-        src = stack.enter_context(open_source(source))
+        src = stack.enter_context(open_source(source, allow=allow))
         store = target if isinstance(target, Store) else stack.enter_context(open_store(target))
         report = MigrationReport(source=src.label, target=store.url)
         threads = src.thread_ids()
@@ -406,7 +705,11 @@ def migrate(source: str | os.PathLike[str] | BaseCheckpointSaver[Any], target: s
             threads = [run_id]
         saver = RemitSaver(store)
         for thread_id in threads:
-            counts = import_thread(src, saver, thread_id)
+            try:
+                counts = import_thread(src, saver, thread_id)
+            except RecordsRefused as exc:
+                report.refused.update(exc.refused)
+                continue
             report.checkpoints += counts.checkpoints
             report.writes += counts.writes
             report.skipped += counts.skipped
@@ -414,8 +717,10 @@ def migrate(source: str | os.PathLike[str] | BaseCheckpointSaver[Any], target: s
         if threads and not src._has_task_path():
             report.notes.append("the source's writes table has no task_path column (it "
                                 "predates LangGraph recording it): writes were imported with ''")
+        if report.refused:
+            raise RecordsRefused(src.label, report.refused, hint=REFUSED_HINT, report=report)
         return report
 
 
-__all__ = ["MARKER_RUN", "ImportCounts", "StockSource", "import_thread", "migrate",
-           "open_source"]
+__all__ = ["MARKER_RUN", "ImportCounts", "RecordsRefused", "StockSource", "default_allowed",
+           "import_thread", "migrate", "open_source", "scan_record"]
