@@ -254,7 +254,8 @@ def test_recovery_uses_the_claimed_value_when_the_resume_write_was_lost(
     resume write reached the store; recovery still finishes with the claimed value."""
     from remit_core.ids import value_digest
     from remit_core.store import new_owner
-    from remit_langgraph._contract import ConsumeGate, pending_interrupt_ids
+    from remit_langgraph._contract import claim_key
+    from remit_langgraph._seam import parked as parked_interrupts
 
     ledger = tmp_path / "ledger.txt"
     w.park(store_url, "lost", str(ledger))
@@ -262,8 +263,9 @@ def test_recovery_uses_the_claimed_value_when_the_resume_write_was_lost(
         cfg = {"configurable": {"thread_id": "lost"}}
         parked = saver.get_tuple(cfg)
         assert parked is not None
-        ids = pending_interrupt_ids(parked.pending_writes)
-        key = ConsumeGate.claim_key("lost", "", parked.config["configurable"]["checkpoint_id"], ids)
+        (instance,) = parked_interrupts(parked.pending_writes)
+        key = claim_key("lost", "", parked.config["configurable"]["checkpoint_id"],
+                        instance.interrupt_id, instance.answered)
         saver.store.claim_once(key, run_id="lost", owner=new_owner(), digest=value_digest(7),
                                value=7, lease=0.2)  # a dead owner: nothing renews it
     final = recover_after_lease(store_url, "lost", ledger)

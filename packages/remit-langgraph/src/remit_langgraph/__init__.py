@@ -18,6 +18,7 @@ from remit_core import (
     open_store,
 )
 from remit_core.migrate import MigrationError
+from remit_langgraph._seam import LangGraphSeamError
 from remit_langgraph.saver import RemitSaver
 
 __version__ = "0.1.0"
@@ -26,6 +27,7 @@ __all__ = [
     "ConsumeConflict",
     "CorruptRecord",
     "EffectInDoubt",
+    "LangGraphSeamError",
     "MigrationError",
     "RemitError",
     "RemitSaver",

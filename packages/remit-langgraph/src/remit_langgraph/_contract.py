@@ -1,18 +1,26 @@
 """The resume contract, translated to LangGraph's checkpointer calls.
 
-This module is the only place that knows how the Pregel loop drives a saver.
-It adds three things on top of :class:`~remit_langgraph.saver.RemitSaver`'s
+This module is the only place that knows how the Pregel loop drives a saver; the
+LangGraph internals it relies on are all in :mod:`remit_langgraph._seam`, checked
+at import. It adds three things on top of :class:`~remit_langgraph.saver.RemitSaver`'s
 plain storage, each by calling remit-core's primitives:
 
-* **CO (consume-once).** A run that starts on a checkpoint parked on
-  ``interrupt()`` claims the parked slot in ``get_tuple`` -- the one hook the
-  loop calls synchronously before any node runs -- so that of k racing
-  ``invoke(Command(resume=...))`` calls exactly one proceeds and the others
-  raise :class:`~remit_core.ConsumeConflict` before any code after the
-  interrupt point runs. The claim is consumed when the run moves past the
-  parked checkpoint (a child checkpoint, or a new interrupt), released when
-  the resumed task fails or the run ends without consuming it, and taken over
-  after its lease by ``invoke(None, config)`` when its owner died (LV).
+* **CO (consume-once).** One invocation is one Pregel loop, from its entry to its
+  exit. When a root loop loads a checkpoint parked on ``interrupt()`` (or at a static
+  breakpoint) and delivers a resume value, it claims each interrupt its value answers
+  -- once, at its first load; the other loads an invocation makes (LangGraph's
+  ``checkpoint_superseded`` check, delta-channel history) are reads. Of k racing
+  deliveries exactly one proceeds; the others raise
+  :class:`~remit_core.ConsumeConflict` before any node runs. A claim is *consumed*
+  when the run moves past the parked checkpoint, when the answered task parks on a
+  new interrupt, or when the invocation ends normally; it is *released* when the
+  answered task fails or the invocation ends with an exception (cancellation
+  included), so that a corrected resume can follow. A later delivery to a consumed
+  interrupt is refused; ``invoke(None, config)`` takes a claim over after its lease
+  when its owner died (LV) and continues with the value the owner recorded.
+  Where LangGraph itself refuses a resume (an unknown interrupt id under strict
+  resume, one value for several pending interrupts) the gate claims nothing that
+  LangGraph would refuse, so the user gets LangGraph's own exception.
 * **EO (effects).** A scope resolver gives every node execution the receipt
   scope ``(thread_id, task namespace)``; the task id in it is a pure function
   of the checkpoint the task runs from, so a re-run after a crash, an
@@ -22,21 +30,13 @@ plain storage, each by calling remit-core's primitives:
 * **FI/FD (forks).** ``configurable["remit_fork"] = True`` marks a request as
   a fork: it takes no claim, and a fork-addressed resume never sees a value
   recorded by an earlier resume at that checkpoint.
-
 * **RD (recovery determinism of ids).** A run that continues its thread's head
-  (``get_tuple`` without a checkpoint id, no ``remit_fork``) stores every
+  (its first load has no checkpoint id, no ``remit_fork``) stores every
   checkpoint its loop writes after a superstep (``source="loop"``) under an id
   derived from (thread, namespace, parent checkpoint id, step, the channels the
   step updated and their values) instead of a time-based uuid6; see
   :func:`derive_step_id`. Recovering one durable state twice therefore names the
   new checkpoints, the tasks run from them and their effect receipts alike.
-
-The gate learns whether an invocation delivers a resume value from the loop
-object that called ``get_tuple`` (found on the call stack). RD needs a second
-seam: the loop mints a checkpoint's id in ``create_checkpoint`` and ignores the
-config ``put`` returns, so remit wraps ``langgraph.pregel._loop.create_checkpoint``
-(a no-op for loops that do not run on a RemitSaver). These are the LangGraph
-internals remit depends on; the contract tests fail if they move.
 """
 
 from __future__ import annotations
@@ -45,16 +45,15 @@ import contextlib
 import contextvars
 import functools
 import logging
-import sys
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from types import FrameType, ModuleType
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
 
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.types import Command
@@ -62,7 +61,23 @@ from langgraph.types import Command
 from remit_core import ConsumeConflict, RemitError, SerializationError
 from remit_core.effects import EffectScope, register_scope_resolver
 from remit_core.ids import derive_id, value_digest
+from remit_core.records import Claim
 from remit_core.store import new_owner
+from remit_langgraph import _seam
+from remit_langgraph._seam import (
+    CONFIG_KEY_CHECKPOINT_MAP,
+    CONFIG_KEY_CHECKPOINTER,
+    CONFIG_KEY_DURABILITY,
+    CONFIG_KEY_RUNTIME,
+    CONFIG_KEY_SCRATCHPAD,
+    CONFIG_KEY_STRICT_RESUME,
+    CONFIG_KEY_TASK_ID,
+    ERROR,
+    INTERRUPT,
+    NULL_TASK_ID,
+    RESUME,
+    Parked,
+)
 
 if TYPE_CHECKING:
     from remit_langgraph.saver import RemitSaver
@@ -72,242 +87,327 @@ log = logging.getLogger("remit")
 FORK_FLAG = "remit_fork"
 """``configurable`` key: True marks the request as a fork (FI)."""
 
-INTERRUPT = "__interrupt__"
-RESUME = "__resume__"
-ERROR = "__error__"
-CONTROL_WRITES = frozenset((INTERRUPT, RESUME, ERROR, "__error_source_node__"))
-NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
-_RUNTIME = "__pregel_runtime"
-
-_PregelLoop: type[Any] | None
-_loop_module: ModuleType | None
-try:
-    from langgraph.pregel import _loop as _loop_module
-    from langgraph.pregel._loop import PregelLoop as _PregelLoop
-except ImportError:  # pragma: no cover - moved in some release
-    _PregelLoop = None
-    _loop_module = None
-
-_DeltaChannel: type[Any] | None
-try:
-    from langgraph.channels.delta import DeltaChannel as _DeltaChannel
-except ImportError:  # pragma: no cover - langgraph before delta channels
-    _DeltaChannel = None
-
-
-# ======================================================================== pending interrupts
-
-
-def _interrupt_id(item: Any) -> str:
-    for attr in ("id", "interrupt_id"):
-        value = getattr(item, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    return repr(item)
-
-
-def pending_interrupt_ids(writes: Sequence[tuple[str, str, Any]] | None) -> list[str]:
-    """Ids of the interrupts still waiting for an answer (LangGraph's own rule: a task's
-    last interrupt is pending while the task has recorded no output write)."""
-    finished = {t for t, ch, _ in writes or () if t != NULL_TASK_ID and ch not in CONTROL_WRITES}
-    ids: set[str] = set()
-    for task_id, channel, value in writes or ():
-        if channel == INTERRUPT and task_id not in finished:
-            items = value if isinstance(value, list | tuple) else [value]
-            ids.update(_interrupt_id(i) for i in items)
-    return sorted(ids)
-
-
-def _find_loop() -> Any | None:
-    """The Pregel loop whose ``__enter__``/``__aenter__`` is asking for a checkpoint."""
-    if _PregelLoop is None:
-        return None
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(8):
-        if frame is None:
-            return None
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, _PregelLoop):
-            return candidate
-        frame = frame.f_back
-    return None
+BREAKPOINT = "~breakpoint"
+"""The interrupt part of the claim key of a resume delivered at a static breakpoint."""
 
 
 # ======================================================================================= CO
 
 
-@dataclass
-class _Hold:
-    """A claim this process holds for one invocation parked at ``checkpoint_id``."""
+def claim_key(thread_id: str, ns: str, checkpoint_id: str, interrupt_id: str,
+              answered: int = 0) -> str:
+    """The claim of one interrupt *instance*: the thread, namespace and checkpoint it is
+    parked at, its id, and how many answers its task had received before it (a node
+    that interrupts twice at one checkpoint parks two instances). Parts are escaped,
+    so a ``|`` in a thread id cannot make two keys collide."""
+    parts = (thread_id, ns, checkpoint_id, interrupt_id, str(answered))
+    return "langgraph|" + "|".join(quote(p, safe="") for p in parts)
 
+
+def _split_key(key: str) -> tuple[str, ...] | None:
+    head, _, rest = key.partition("|")
+    parts = rest.split("|")
+    if head != "langgraph" or len(parts) != 5:
+        return None
+    return tuple(unquote(p) for p in parts)
+
+
+@dataclass
+class _Claim:
     key: str
+    task_id: str | None  # None: a resume delivered at a static breakpoint
+    fence: int
+    state: str = "held"  # held -> consumed | released
+
+
+@dataclass
+class _Invocation:
+    """One root loop's claims: its identity is the loop, from entry to exit."""
+
+    gate: ConsumeGate
     thread_id: str
     ns: str
     checkpoint_id: str
     owner: str
-    fence: int
-    interrupt_ids: list[str]
     runtime: Any
-    done: bool = False
+    claims: list[_Claim] = field(default_factory=list)
     stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def held(self, task_id: str | None = None, *, every: bool = False) -> list[_Claim]:
+        return [c for c in self.claims
+                if c.state == "held" and (every or c.task_id == task_id)]
+
+
+# loads seen while a loop entered, by loop (the seam's runtime check), and each root
+# loop's invocation record
+_loaded: weakref.WeakSet[Any] = weakref.WeakSet()
+_invocations: weakref.WeakKeyDictionary[Any, _Invocation | None] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def note_loaded(loop: Any) -> bool:
+    """Record that ``loop`` loaded a checkpoint while entering; True for its first load."""
+    with _lock:
+        first = loop not in _loaded
+        _loaded.add(loop)
+    return first
 
 
 class ConsumeGate:
-    """CO for one saver: claims parked checkpoints for the invocations that resume them."""
+    """CO for one saver: claims parked interrupts for the invocations that answer them."""
 
     def __init__(self, saver: RemitSaver) -> None:
         self.saver = saver
-        self._holds: dict[tuple[str, str, str], _Hold] = {}
+        self._holds: dict[tuple[str, str, str], _Invocation] = {}
         self._lock = threading.Lock()
 
-    @staticmethod
-    def claim_key(thread_id: str, ns: str, checkpoint_id: str, ids: Sequence[str]) -> str:
-        return f"langgraph|{thread_id}|{ns}|{checkpoint_id}|{','.join(ids)}"
+    # ------------------------------------------------------------------ the first load
 
     def on_load(self, config: dict[str, Any], found: CheckpointTuple | None,
                 loop: Any | None) -> CheckpointTuple | None:
-        """Called by ``get_tuple`` for every load; acts only for a run's own load."""
+        """Called by ``get_tuple`` for the first load of an entering loop; claims what
+        its resume value answers. Every other load is a read and never claims."""
         if found is None or loop is None:
-            return found  # a read (get_state, history) or a fresh thread: never claims
-        conf = config.get("configurable", {})
-        if conf.get(FORK_FLAG):
-            return _strip_resumes(found) if _delivers(loop) else found  # FD: its own value
-        if not _is_root_load(loop):
             return found
+        view = _seam.view(loop)
+        if view.is_nested:  # subgraph loops get their resume through the root's
+            return found
+        conf = config.get("configurable", {})
+        delivering = isinstance(view.input, Command) and view.input.resume is not None
+        if conf.get(FORK_FLAG):
+            return _strip_resumes(found) if delivering else found  # FD: its own value
         thread_id = str(conf["thread_id"])
         ns = str(found.config["configurable"].get("checkpoint_ns", ""))
         checkpoint_id = str(found.config["configurable"]["checkpoint_id"])
-        ids = pending_interrupt_ids(found.pending_writes)
-        delivering = _delivers(loop)
-        if delivering and not ids:
-            raise ConsumeConflict(
-                f"thread {thread_id!r}: checkpoint {checkpoint_id!r} has no pending interrupt, "
-                "so this resume value would be recorded and never read (it was consumed "
-                "already, or the run has moved on). Nothing was stored. Resume a static "
-                "breakpoint with invoke(None, config); fork with "
-                f"configurable[{FORK_FLAG!r}]=True to branch from a past interrupt.",
-                key=self.claim_key(thread_id, ns, checkpoint_id, ids), run_id=thread_id,
-                step=checkpoint_id,
-            )
-        if not ids:
-            return found
-        key = self.claim_key(thread_id, ns, checkpoint_id, ids)
+        parked = _seam.parked(found.pending_writes)
         store = self.saver.store
-        resume = loop.input.resume if delivering else None
-        if delivering and isinstance(resume, dict) and resume and all(
-                isinstance(k, str) for k in resume):
-            unknown = sorted(set(resume) - set(ids))
-            if unknown and set(resume) & set(ids) == set():
-                raise ConsumeConflict(
-                    f"thread {thread_id!r}: interrupt(s) {', '.join(unknown)} are not pending "
-                    f"at checkpoint {checkpoint_id!r} (pending: {', '.join(ids)}); they were "
-                    "answered already. Nothing was stored.",
-                    key=key, run_id=thread_id, step=checkpoint_id,
-                )
-        if not delivering:
-            current = store.get_claim(key)
-            if current is None or current.status != "claimed":
-                return found  # nothing in flight: invoke(None) just re-runs to the interrupt
-        owner = new_owner()
-        # CO: one atomic claim; losers raise here, before the loop runs any node.
-        claim = store.claim_once(
-            key, run_id=thread_id, owner=owner,
-            digest=value_digest(resume, serde=store.serde) if delivering else None,
-            value=resume if delivering else None,
-        )
-        if claim.taken_over:
-            log.warning("remit: thread %s: taking over the resume of %s from %s, whose lease "
-                        "expired (LV)", thread_id, checkpoint_id, claim.owner)
-            found = _with_claimed_value(found, claim.value, ids)
-        hold = _Hold(key, thread_id, ns, checkpoint_id, owner, claim.fence, ids,
-                     conf.get(_RUNTIME))
-        hold.stack.enter_context(store.keep_alive(
-            lambda: store.renew_claim(key, owner=owner, fence=claim.fence)))
+        if delivering:
+            resume = view.input.resume
+            targets = self._targets(thread_id, ns, checkpoint_id, parked, resume, view,
+                                    addressed=conf.get("checkpoint_id") is not None)
+            values = {t: resume[t.interrupt_id] if _seam.is_resume_map(resume) else resume
+                      for t in targets}
+        else:
+            # invoke(None) or new input: nothing is delivered, so nothing is claimed,
+            # unless a delivery is in flight (held): then this is a recovery, which must
+            # wait out the holder's lease and continue with its recorded value (LV)
+            targets = [p for p in parked
+                       if (c := store.get_claim(self._key(thread_id, ns, checkpoint_id, p)))
+                       is not None and c.status == "claimed"]
+            values = dict.fromkeys(targets)
+        if not targets:
+            return found
+        inv = _Invocation(self, thread_id, ns, checkpoint_id, new_owner(),
+                          conf.get(CONFIG_KEY_RUNTIME))
+        taken: list[Claim] = []
+        try:
+            for target in targets:
+                key = self._key(thread_id, ns, checkpoint_id, target)
+                value = values[target]
+                # CO: one atomic claim per instance; losers raise here, before any node runs
+                claim = store.claim_once(
+                    key, run_id=thread_id, owner=inv.owner,
+                    digest=None if value is None else value_digest(value, serde=store.serde),
+                    value=value)
+                inv.claims.append(_Claim(key, getattr(target, "task_id", None), claim.fence))
+                taken.append(claim)
+        except BaseException:
+            self._finish(inv, consumed=False)
+            raise
+        for claim in taken:
+            if claim.taken_over:
+                log.warning("remit: thread %s: taking over the resume of %s from %s, whose "
+                            "lease expired (LV)", thread_id, checkpoint_id, claim.owner)
+        if len(taken) == 1 and taken[0].taken_over and len(parked) <= 1:
+            found = _with_claimed_value(found, taken[0].value)
+        inv.stack.enter_context(store.keep_alive(functools.partial(self._renew, inv)))
         with self._lock:
-            self._holds[(thread_id, ns, checkpoint_id)] = hold
-        weakref.finalize(loop, self._end, hold)
+            self._holds[(thread_id, ns, checkpoint_id)] = inv
+        with _lock:
+            _invocations[loop] = inv
+        weakref.finalize(loop, self._end, inv)
         return found
 
-    def _hold_for(self, config: dict[str, Any], checkpoint_id: str | None) -> _Hold | None:
+    def _key(self, thread_id: str, ns: str, checkpoint_id: str, target: Parked | str) -> str:
+        if isinstance(target, Parked):
+            return claim_key(thread_id, ns, checkpoint_id, target.interrupt_id, target.answered)
+        return claim_key(thread_id, ns, checkpoint_id, target)
+
+    def _targets(self, thread_id: str, ns: str, checkpoint_id: str, parked: list[Parked],
+                 resume: Any, view: _seam.LoopView, *, addressed: bool) -> list[Any]:
+        """What a delivered resume value answers (the instances to claim), or raise when
+        it answers nothing LangGraph would accept and it is a second delivery."""
+        if _seam.is_resume_map(resume):
+            named = set(resume)
+            targets: list[Any] = [p for p in parked if p.interrupt_id in named]
+            unmatched = sorted(named - {p.interrupt_id for p in parked})
+            if unmatched:
+                self._refuse_answered(thread_id, ns, checkpoint_id, unmatched, view,
+                                      addressed=addressed)
+            return targets
+        if parked:  # one value: LangGraph itself refuses it when several are pending
+            return list(parked)
+        if view.breakpoints:  # a static breakpoint: continued once, like a parked run
+            return [BREAKPOINT]
+        head = self._head_id(thread_id, ns) if addressed else checkpoint_id
+        moved = "" if head == checkpoint_id else f" (the thread has moved on to {head!r})"
+        raise ConsumeConflict(
+            f"thread {thread_id!r}: checkpoint {checkpoint_id!r}{moved} has no pending "
+            "interrupt, so this resume value would be recorded and never read (it was "
+            "consumed already, or the run has moved on). Nothing was stored. To branch from "
+            f"a past interrupt, fork with configurable[{FORK_FLAG!r}]=True.",
+            key=claim_key(thread_id, ns, checkpoint_id, ""), run_id=thread_id,
+            step=checkpoint_id,
+        )
+
+    def _head_id(self, thread_id: str, ns: str) -> str | None:
+        head = self.saver.store.get_checkpoint(thread_id, None, ns=ns, with_writes=False)
+        return None if head is None else head.checkpoint_id
+
+    def _refuse_answered(self, thread_id: str, ns: str, checkpoint_id: str,
+                         ids: Sequence[str], view: _seam.LoopView, *, addressed: bool) -> None:
+        """CO: a resume map naming an interrupt that was answered already is a second
+        delivery. Under LangGraph's strict resume at the thread's head LangGraph refuses
+        it itself (``UnknownInterruptError``), so remit leaves it to LangGraph there; an
+        id nobody answered is LangGraph's to accept or refuse."""
+        wanted = set(ids)
+        answered = [c for c in self.saver.store.list_claims(thread_id)
+                    if c.status == "consumed" and (parts := _split_key(c.key)) is not None
+                    and parts[1] == ns and parts[3] in wanted]
+        if not answered:
+            return
+        strict = (CONFIG_KEY_STRICT_RESUME is not None
+                  and bool(view.configurable.get(CONFIG_KEY_STRICT_RESUME)))
+        if strict and (not addressed or self._head_id(thread_id, ns) == checkpoint_id):
+            return
+        first = min(answered, key=lambda c: c.consumed_at or 0.0)
+        parts = _split_key(first.key) or ("",) * 5
+        when = datetime.fromtimestamp(first.consumed_at or 0.0, UTC).isoformat(
+            timespec="seconds")
+        raise ConsumeConflict(
+            f"thread {thread_id!r}: interrupt {parts[3]} was answered already, at checkpoint "
+            f"{parts[2]!r} by {first.owner!r} ({when}); a resume value is consumed once, so "
+            "this one was not stored. Answer the interrupts pending now "
+            f"(graph.get_state(config).interrupts), or fork with "
+            f"configurable[{FORK_FLAG!r}]=True to branch from that interrupt.",
+            key=first.key, run_id=thread_id, step=checkpoint_id, owner=first.owner,
+            consumed_at=first.consumed_at, status=first.status,
+        )
+
+    def _renew(self, inv: _Invocation) -> bool:
+        store = self.saver.store
+        ok = True
+        for claim in inv.held(every=True):
+            ok = store.renew_claim(claim.key, owner=inv.owner, fence=claim.fence) and ok
+        return ok
+
+    # ------------------------------------------------------------------ what the run does
+
+    def _hold_for(self, config: Mapping[str, Any]) -> _Invocation | None:
         conf = config.get("configurable", {})
-        if checkpoint_id is None:
+        checkpoint_id = conf.get("checkpoint_id")
+        if checkpoint_id is None or not self._holds:
             return None
         with self._lock:
-            hold = self._holds.get((str(conf.get("thread_id")),
-                                    str(conf.get("checkpoint_ns", "")), str(checkpoint_id)))
-        if hold is None or hold.done or conf.get(_RUNTIME) is not hold.runtime:
+            inv = self._holds.get((str(conf.get("thread_id")),
+                                   str(conf.get("checkpoint_ns", "")), str(checkpoint_id)))
+        if inv is None or conf.get(CONFIG_KEY_RUNTIME) is not inv.runtime:
             return None
-        return hold
+        return inv
 
-    def after_writes(self, config: dict[str, Any], task_id: str,
+    def after_writes(self, config: Mapping[str, Any], task_id: str,
                      writes: Sequence[tuple[str, Any]]) -> None:
-        """The holder's task re-parked on a new interrupt (consumed) or failed (released)."""
-        hold = self._hold_for(config, config.get("configurable", {}).get("checkpoint_id"))
-        if hold is None or task_id == NULL_TASK_ID:
+        """An answered task parked on a new interrupt (consumed) or failed (released)."""
+        inv = self._hold_for(config)
+        if inv is None or task_id == NULL_TASK_ID:
             return
         channels = {ch for ch, _ in writes}
         if ERROR in channels:
-            self._finish(hold, consumed=False)
+            self._settle(inv, inv.held(task_id), consumed=False)
         elif INTERRUPT in channels:
-            new = {_interrupt_id(i) for ch, v in writes if ch == INTERRUPT
-                   for i in (v if isinstance(v, list | tuple) else [v])}
-            if new - set(hold.interrupt_ids):
-                self._finish(hold, consumed=True)
+            self._settle(inv, inv.held(task_id), consumed=True)
 
-    def after_put(self, config: dict[str, Any]) -> None:
-        """The holder's run wrote a child of the parked checkpoint: the value was consumed."""
-        hold = self._hold_for(config, config.get("configurable", {}).get("checkpoint_id"))
-        if hold is not None:
-            self._finish(hold, consumed=True)
+    def after_put(self, config: Mapping[str, Any]) -> None:
+        """The invocation wrote a child of the parked checkpoint: the values were consumed."""
+        inv = self._hold_for(config)
+        if inv is not None:
+            self._settle(inv, inv.held(every=True), consumed=True)
 
-    def _finish(self, hold: _Hold, *, consumed: bool) -> None:
-        with self._lock:
-            if hold.done:
-                return
-            hold.done = True
-            self._holds.pop((hold.thread_id, hold.ns, hold.checkpoint_id), None)
-        hold.stack.close()
+    def ended(self, inv: _Invocation, *, ok: bool) -> None:
+        """The invocation's loop exited: what it still holds is consumed if it ended
+        normally (an interrupt included), released if an exception ended it."""
+        self._finish(inv, consumed=ok)
+
+    # ------------------------------------------------------------------ settling
+
+    def _settle(self, inv: _Invocation, claims: Sequence[_Claim], *, consumed: bool) -> None:
         store = self.saver.store
-        try:
-            if consumed:
-                store.consume_claim(hold.key, owner=hold.owner, fence=hold.fence)
-            else:
-                store.release_claim(hold.key, owner=hold.owner, fence=hold.fence)
-        except RemitError:
-            log.warning("remit: could not %s claim %s", "consume" if consumed else "release",
-                        hold.key, exc_info=True)
+        for claim in claims:
+            with inv.lock:
+                if claim.state != "held":
+                    continue
+                claim.state = "consumed" if consumed else "released"
+            try:
+                if consumed:
+                    store.consume_claim(claim.key, owner=inv.owner, fence=claim.fence)
+                else:
+                    store.release_claim(claim.key, owner=inv.owner, fence=claim.fence)
+            except RemitError:
+                log.warning("remit: could not %s claim %s", "consume" if consumed else
+                            "release", claim.key, exc_info=True)
+        if not inv.held(every=True):
+            self._close(inv)
 
-    def _end(self, hold: _Hold) -> None:
-        """The invocation ended (its loop was collected) without consuming: give it back.
+    def _close(self, inv: _Invocation) -> None:
+        with self._lock:
+            if self._holds.get((inv.thread_id, inv.ns, inv.checkpoint_id)) is inv:
+                del self._holds[(inv.thread_id, inv.ns, inv.checkpoint_id)]
+        inv.stack.close()
 
-        At interpreter exit the store may be closed already; the lease then ends the claim.
-        """
-        if not hold.done:
-            with contextlib.suppress(Exception):
-                self._finish(hold, consumed=False)
+    def _finish(self, inv: _Invocation, *, consumed: bool) -> None:
+        self._settle(inv, inv.held(every=True), consumed=consumed)
+        self._close(inv)
 
-
-def _delivers(loop: Any) -> bool:
-    value = getattr(loop, "input", None)
-    return isinstance(value, Command) and value.resume is not None
-
-
-def _is_root_load(loop: Any) -> bool:
-    """Subgraph loops receive the resume through their parent; only the root gates."""
-    return not getattr(loop, "is_nested", False)
+    def _end(self, inv: _Invocation) -> None:
+        """Safety net: the loop was collected without exiting (a stream nobody closed).
+        At interpreter exit the store may be closed already; the lease then ends it."""
+        with contextlib.suppress(Exception):
+            self._finish(inv, consumed=False)
 
 
-def _with_claimed_value(found: CheckpointTuple, value: Any, ids: Sequence[str]) -> CheckpointTuple:
+class _Hooks:
+    """What the seam calls: one invocation's entry and exit, and RD's id choice."""
+
+    def entered(self, loop: Any) -> None:
+        from remit_langgraph.saver import RemitSaver
+
+        if (isinstance(getattr(loop, "checkpointer", None), RemitSaver)
+                and not getattr(loop, "is_nested", False) and loop not in _loaded):
+            raise _seam.LangGraphSeamError(
+                "the Pregel loop's entry",
+                "entered without asking RemitSaver for its checkpoint in the entering "
+                "context, so the consume-once gate could not see the invocation")
+
+    def exited(self, loop: Any, *, ok: bool) -> None:
+        with _lock:
+            inv = _invocations.pop(loop, None)
+        if inv is not None:
+            inv.gate.ended(inv, ok=ok)
+
+    def derive_id(self, loop: Any, parent: Any, channels: Any, step: int, new: Any) -> None:
+        derived = derived_checkpoint_id(loop, parent, channels, step, new)
+        if derived is not None:
+            new["id"] = derived
+
+
+def _with_claimed_value(found: CheckpointTuple, value: Any) -> CheckpointTuple:
     """LV: the dead owner's resume write may not have reached the store before it died
     (LangGraph writes it in the background); the claim recorded the value, so recovery
     continues with exactly that value."""
     writes = list(found.pending_writes or ())
     if value is None or any(t == NULL_TASK_ID and ch == RESUME for t, ch, _ in writes):
         return found
-    if isinstance(value, dict) and value and set(value) <= set(ids):
-        if len(value) != 1:
-            return found  # a map answering several interrupts travels in the config only
-        (value,) = value.values()
     return found._replace(pending_writes=[(NULL_TASK_ID, RESUME, value), *writes])
 
 
@@ -330,19 +430,21 @@ def note_load(saver: RemitSaver, config: Mapping[str, Any], loop: Any | None, *,
               addressed: bool) -> None:
     """RD: remember how a run's loop loaded its checkpoint (called by ``get_tuple``).
 
-    A loop that loaded the head of its thread and namespace (no checkpoint id) and is
-    not a fork gets derived ids. One that addressed a checkpoint (time travel, a resume
-    at a past checkpoint, a subgraph replay) keeps LangGraph's ids, also when it asks
-    for the head afterwards (LangGraph's ``checkpoint_superseded`` check does).
+    Called for a loop's first load only. A loop that loaded the head of its thread and
+    namespace (no checkpoint id) and is not a fork gets derived ids. One that addressed
+    a checkpoint (time travel, a resume at a past checkpoint, a subgraph replay) keeps
+    LangGraph's ids.
     """
     if loop is None:
         return
+    from remit_langgraph.saver import RemitSaver
+
     conf = config.get("configurable", {})
+    checkpointer = getattr(loop, "checkpointer", None)
+    # (a strict-msgpack graph holds a shallow copy of the saver: the same store)
     head = (not addressed and not conf.get(FORK_FLAG)
-            and getattr(loop, "checkpointer", None) is saver)
+            and isinstance(checkpointer, RemitSaver) and checkpointer.store is saver.store)
     with _runs_lock:
-        if loop in _runs and _runs[loop] is None:
-            return
         _runs[loop] = ((saver, str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""))
                        if head else None)
 
@@ -397,7 +499,7 @@ def derived_checkpoint_id(loop: Any, parent: Checkpoint, channels: Mapping[str, 
     and not when the graph has delta channels (their values are not in the
     checkpoint, so the digest could not tell two children apart).
     """
-    if channels is None or _PregelLoop is None or not isinstance(loop, _PregelLoop):
+    if channels is None or not isinstance(loop, _seam.PregelLoop):
         return None
     with _runs_lock:
         run = _runs.get(loop)
@@ -421,46 +523,17 @@ _delta: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def _has_delta_channels(loop: Any, channels: Mapping[str, Any]) -> bool:
-    if _DeltaChannel is None:
+    delta = _seam.DeltaChannel
+    if delta is None:
         return False
     with _runs_lock:
         found = _delta.get(loop)
     if found is None:
-        delta = _DeltaChannel
         found = any(issubclass(t, delta) for t in {type(ch) for ch in channels.values()})
         with _runs_lock:
             _delta[loop] = found
     return found
 
-
-def _install_id_hook() -> None:
-    """Wrap the ``create_checkpoint`` the Pregel loop calls, once per process.
-
-    The loop keeps the id it minted (it discards what ``put`` returns), so the id has
-    to be chosen when the loop builds the checkpoint. The wrapper changes nothing for
-    a loop remit does not know (another saver, a read, ``update_state``, which uses
-    its own import), and nothing when the loop passes an id (the exit re-put)."""
-    module = _loop_module
-    original: Callable[..., Any] | None = getattr(module, "create_checkpoint", None)
-    if module is None or original is None or getattr(original, "__remit__", False):
-        return
-
-    @functools.wraps(original)
-    def create_checkpoint(checkpoint: Checkpoint, channels: Mapping[str, Any] | None,
-                          step: int, *args: Any, **kwargs: Any) -> Any:
-        new = original(checkpoint, channels, step, *args, **kwargs)
-        if kwargs.get("id") is None and len(_runs):
-            loop = sys._getframe(1).f_locals.get("self")
-            derived = derived_checkpoint_id(loop, checkpoint, channels, step, new)
-            if derived is not None:
-                new["id"] = derived
-        return new
-
-    create_checkpoint.__remit__ = True  # type: ignore[attr-defined]
-    module.create_checkpoint = create_checkpoint  # type: ignore[attr-defined]
-
-
-_install_id_hook()
 
 
 # ======================================================================================= EO
@@ -491,13 +564,13 @@ def resolve_scope() -> EffectScope | None:
     except (RuntimeError, ImportError):
         return None
     conf = config.get("configurable") or {}
-    saver = conf.get("__pregel_checkpointer")
+    saver = conf.get(CONFIG_KEY_CHECKPOINTER)
     if not isinstance(saver, RemitSaver):
         return None
-    task_id = conf.get("__pregel_task_id")
+    task_id = conf.get(CONFIG_KEY_TASK_ID)
     if not task_id:
         return None
-    marker = conf.get(_RUNTIME) or conf.get("__pregel_scratchpad")
+    marker = conf.get(CONFIG_KEY_RUNTIME) or conf.get(CONFIG_KEY_SCRATCHPAD)
     cached = _current.get()
     if cached is not None and cached.marker is marker:
         return cached.scope
@@ -513,16 +586,16 @@ def resolve_scope() -> EffectScope | None:
 def _wait_durable(saver: RemitSaver, conf: dict[str, Any], thread_id: str, task_ns: str) -> None:
     """EO: a receipt key names the task's checkpoint; make sure that checkpoint is stored
     before the effect fires, or a crash could re-create the task under a new id."""
-    if conf.get("__pregel_durability") == "exit":
+    if conf.get(CONFIG_KEY_DURABILITY) == "exit":
         raise RemitError(
             "an @effect ran under durability='exit', where LangGraph stores no checkpoint "
             "until the run ends, so its receipt could not survive a crash. Use "
             "durability='sync' or 'async' with remit."
         )
     graph_ns = task_ns.rpartition("|")[0] if "|" in task_ns else ""
-    runtime = conf.get(_RUNTIME)
+    runtime = conf.get(CONFIG_KEY_RUNTIME)
     info = getattr(runtime, "execution_info", None)
-    checkpoint_map: dict[str, Any] = conf.get("checkpoint_map") or {}
+    checkpoint_map: dict[str, Any] = conf.get(CONFIG_KEY_CHECKPOINT_MAP) or {}
     checkpoint_id = getattr(info, "checkpoint_id", None) or checkpoint_map.get(graph_ns)
     if not checkpoint_id:
         return
@@ -548,3 +621,5 @@ def _wait_durable(saver: RemitSaver, conf: dict[str, Any], thread_id: str, task_
 
 
 register_scope_resolver(resolve_scope)
+
+_seam.install(_Hooks())

@@ -32,11 +32,9 @@ import contextlib
 import functools
 import os
 import random
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -56,8 +54,8 @@ from remit_core import StateValidationError, Store, open_store
 from remit_core import records as rc
 from remit_core.ids import derive_id
 from remit_core.serde import default_serde
-from remit_langgraph import _serde
-from remit_langgraph._contract import FORK_FLAG, ConsumeGate, _find_loop, note_load
+from remit_langgraph import _seam, _serde
+from remit_langgraph._contract import FORK_FLAG, ConsumeGate, note_load, note_loaded
 from remit_langgraph._schema import GraphSchema
 from remit_langgraph._serde import EMPTY, storable
 
@@ -208,15 +206,19 @@ class RemitSaver(BaseCheckpointSaver[str]):
         When a run (not a read) loads a parked checkpoint, this is where it claims the
         resume (CO) and where a losing racer gets :class:`~remit_core.ConsumeConflict`.
         """
-        return self._load(config, _find_loop())
+        return self._load(config, _seam.entering_loop())
 
     def _load(self, config: RunnableConfig, loop: Any) -> CheckpointTuple | None:
+        _seam.verify()
         thread_id, ns = _thread_and_ns(config)
         self._adopt(thread_id)
         checkpoint_id = get_checkpoint_id(config)
         found = self.store.get_checkpoint(thread_id, checkpoint_id, ns=ns)
+        loaded = None if found is None else _to_tuple(found)
+        if loop is None or not note_loaded(loop):
+            return loaded  # a read, or a later load of an invocation that loaded already
         note_load(self, config, loop, addressed=checkpoint_id is not None)
-        return self._gate.on_load(dict(config), None if found is None else _to_tuple(found), loop)
+        return self._gate.on_load(dict(config), loaded, loop)
 
     def list(
         self,
@@ -283,7 +285,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
         yields one checkpoint; the second request stores nothing and returns it.
         """
         return self._put(config, checkpoint, metadata, new_versions,
-                         from_update=_called_from_update_state())
+                         from_update=_seam.updating_state())
 
     def _put(
         self,
@@ -511,7 +513,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
     # ================================================================================== async
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await _in_thread(self._load, config, _find_loop())
+        return await _in_thread(self._load, config, _seam.entering_loop())
 
     async def alist(
         self,
@@ -533,7 +535,7 @@ class RemitSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         return await _in_thread(self._put, config, checkpoint, metadata, new_versions,
-                                from_update=_called_from_update_state())
+                                from_update=_seam.updating_state())
 
     async def aput_writes(
         self,
@@ -629,19 +631,6 @@ class OpenedSaver:
 
 async def _in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await asyncio.to_thread(fn, *args, **kwargs)
-
-
-def _called_from_update_state() -> bool:
-    """Whether ``put`` serves ``update_state`` (which uses the id ``put`` returns), not the
-    loop (which keeps the id it minted)."""
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(6):
-        if frame is None:
-            return False
-        if frame.f_code.co_name in ("bulk_update_state", "abulk_update_state"):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def derive_fork_id(thread_id: str, ns: str, parent_id: str | None, metadata: Any,

@@ -1,0 +1,422 @@
+"""Every LangGraph internal remit-langgraph relies on, in one place, checked at import.
+
+The resume contract needs to know *which invocation* asks the saver for a checkpoint
+and *what it delivers*. LangGraph's public saver interface does not say, so remit
+takes it from a few internals of the Pregel loop. They are all named here:
+
+==============================================  =========================================
+internal                                        what remit does with it
+==============================================  =========================================
+``SyncPregelLoop.__enter__`` / ``__exit__``,    wrapped: one invocation is one loop, from
+``AsyncPregelLoop.__aenter__`` / ``__aexit__``  its entry to its exit (CO: one claim per
+                                                invocation, released on every way out)
+loop attributes ``input``, ``is_nested``,       read while the loop enters: the resume
+``checkpointer``, ``config``,                   value delivered, whether the loop is a
+``interrupt_before``, ``interrupt_after``,      subgraph's, the static breakpoints, the
+``checkpoint_metadata``                         metadata of the checkpoint it writes
+``PregelLoop._put_checkpoint`` and the module   wrapped: the loop mints a checkpoint's id
+global ``_loop.create_checkpoint`` it calls     there; remit derives it instead (RD)
+``Pregel.bulk_update_state`` /                  wrapped: a ``put`` made for
+``abulk_update_state``                          ``update_state`` (FD forks)
+``pregel._utils.is_xxh3_128_hexdigest``         LangGraph's rule for "this resume value is
+                                                a map of interrupt ids"
+``pregel._task_status.read_task_statuses``      LangGraph's rule for pending interrupts,
+(langgraph >= 1.2.15; the same rule is          where the installed release has it
+applied here before)
+``_internal._constants`` config keys            the runtime, task id, checkpointer,
+                                                scratchpad, durability, checkpoint map,
+                                                strict resume (>= 1.2.15) of a task
+``channels.delta.DeltaChannel`` (optional)      graphs with delta channels keep
+                                                LangGraph's ids
+==============================================  =========================================
+
+If one of them is missing, or no longer does what remit relies on, importing
+remit_langgraph raises :class:`LangGraphSeamError` naming the installed langgraph,
+rather than running with a contract property silently off. :func:`verify` repeats the
+cheap part of that check on every checkpoint load, so a seam undone after import
+(another library wrapping the same method, say) is refused too.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Protocol
+
+from remit_core import RemitError
+
+SUPPORTED = "langgraph >= 1.0, < 1.3 (tested on 1.0.0, 1.2.9 and 1.2.24)"
+
+try:
+    LANGGRAPH_VERSION = metadata.version("langgraph")
+except metadata.PackageNotFoundError:  # pragma: no cover - a source checkout of langgraph
+    LANGGRAPH_VERSION = "unknown"
+
+
+class LangGraphSeamError(RemitError, RuntimeError):
+    """The installed langgraph lacks (or changed) an internal remit-langgraph relies on.
+
+    ``seam`` names it. remit refuses to run rather than keep the resume contract with
+    one of its properties silently switched off.
+    """
+
+    def __init__(self, seam: str, problem: str) -> None:
+        self.seam = seam
+        self.langgraph_version = LANGGRAPH_VERSION
+        super().__init__(
+            f"remit-langgraph cannot keep the resume contract on langgraph "
+            f"{LANGGRAPH_VERSION}: {seam} {problem}. remit-langgraph supports {SUPPORTED}; "
+            "install one of those releases (or a remit-langgraph that supports this one)."
+        )
+
+
+def _require(module: str, *names: str) -> list[Any]:
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise LangGraphSeamError(module, f"cannot be imported ({exc})") from None
+    found = []
+    for name in names:
+        obj: Any = mod
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                raise LangGraphSeamError(f"{module}.{name}", "does not exist") from None
+        found.append(obj)
+    return found
+
+
+def _calls(fn: Callable[..., Any], name: str, seam: str) -> None:
+    """``fn`` refers to ``name`` (a global it calls, or an attribute it reads)."""
+    code = getattr(fn, "__code__", None)
+    if code is None or name not in code.co_names:
+        raise LangGraphSeamError(seam, f"no longer uses {name}")
+
+
+_loop_mod: Any = importlib.import_module("langgraph.pregel._loop")
+(PregelLoop, SyncPregelLoop, AsyncPregelLoop) = _require(
+    "langgraph.pregel._loop", "PregelLoop", "SyncPregelLoop", "AsyncPregelLoop")
+(Pregel,) = _require("langgraph.pregel.main", "Pregel")
+(is_xxh3_128_hexdigest,) = _require("langgraph.pregel._utils", "is_xxh3_128_hexdigest")
+(
+    CONFIG_KEY_CHECKPOINTER, CONFIG_KEY_TASK_ID, CONFIG_KEY_RUNTIME, CONFIG_KEY_SCRATCHPAD,
+    CONFIG_KEY_DURABILITY, CONFIG_KEY_CHECKPOINT_MAP, NULL_TASK_ID, INTERRUPT, RESUME, ERROR,
+) = _require(
+    "langgraph._internal._constants", "CONFIG_KEY_CHECKPOINTER", "CONFIG_KEY_TASK_ID",
+    "CONFIG_KEY_RUNTIME", "CONFIG_KEY_SCRATCHPAD", "CONFIG_KEY_DURABILITY",
+    "CONFIG_KEY_CHECKPOINT_MAP", "NULL_TASK_ID", "INTERRUPT", "RESUME", "ERROR",
+)
+_constants = importlib.import_module("langgraph._internal._constants")
+CONFIG_KEY_STRICT_RESUME: str | None = getattr(_constants, "CONFIG_KEY_STRICT_RESUME", None)
+ERROR_SOURCE_NODE: str = getattr(_constants, "ERROR_SOURCE_NODE", "__error_source_node__")
+CONTROL_WRITES = frozenset((INTERRUPT, RESUME, ERROR, ERROR_SOURCE_NODE))
+
+_read_task_statuses: Callable[[Iterable[tuple[str, str, Any]]], dict[str, Any]] | None
+try:  # langgraph >= 1.2.15: the one place LangGraph reads task status from pending writes
+    from langgraph.pregel._task_status import read_task_statuses as _read_task_statuses
+except ImportError:
+    _read_task_statuses = None
+
+DeltaChannel: type[Any] | None
+try:
+    from langgraph.channels.delta import DeltaChannel
+except ImportError:  # langgraph before delta channels
+    DeltaChannel = None
+
+for _cls, _names in ((SyncPregelLoop, ("__enter__", "__exit__")),
+                     (AsyncPregelLoop, ("__aenter__", "__aexit__")),
+                     (PregelLoop, ("_put_checkpoint",)),
+                     (Pregel, ("bulk_update_state", "abulk_update_state"))):
+    for _name in _names:
+        if _name not in vars(_cls) and not getattr(getattr(_cls, _name, None), "__remit__", False):
+            raise LangGraphSeamError(f"{_cls.__module__}.{_cls.__qualname__}.{_name}",
+                                     "is not defined there")
+if not callable(getattr(_loop_mod, "create_checkpoint", None)):
+    raise LangGraphSeamError("langgraph.pregel._loop.create_checkpoint", "does not exist")
+_calls(inspect.unwrap(vars(SyncPregelLoop)["__enter__"]), "get_tuple",
+       "SyncPregelLoop.__enter__")
+_calls(inspect.unwrap(vars(AsyncPregelLoop)["__aenter__"]), "aget_tuple",
+       "AsyncPregelLoop.__aenter__")
+_calls(inspect.unwrap(vars(PregelLoop)["_put_checkpoint"]), "create_checkpoint",
+       "PregelLoop._put_checkpoint")
+
+
+# ====================================================================== reading a loop
+
+_LOOP_ATTRIBUTES = ("input", "is_nested", "checkpointer", "config", "interrupt_before",
+                    "interrupt_after")
+
+
+@dataclass(frozen=True)
+class LoopView:
+    """What the gate reads off a loop while it enters (see :func:`view`)."""
+
+    input: Any
+    is_nested: bool
+    checkpointer: Any
+    config: dict[str, Any]
+    breakpoints: bool  # static interrupt_before / interrupt_after declared for this run
+
+    @property
+    def configurable(self) -> dict[str, Any]:
+        return dict(self.config.get("configurable") or {})
+
+
+def view(loop: Any) -> LoopView:
+    missing = [a for a in _LOOP_ATTRIBUTES if not hasattr(loop, a)]
+    if missing:
+        raise LangGraphSeamError(f"{type(loop).__qualname__}", f"has no {', '.join(missing)}")
+    return LoopView(loop.input, bool(loop.is_nested), loop.checkpointer, loop.config or {},
+                    bool(loop.interrupt_before) or bool(loop.interrupt_after))
+
+
+def is_resume_map(resume: Any) -> bool:
+    """LangGraph's rule: a dict whose every key is an interrupt id answers interrupts by id."""
+    return isinstance(resume, dict) and all(
+        isinstance(k, str) and is_xxh3_128_hexdigest(k) for k in resume)
+
+
+@dataclass(frozen=True)
+class Parked:
+    """An interrupt waiting for an answer: its task, its id and how many answers the task
+    had received before it (its place among the task's interrupts)."""
+
+    task_id: str
+    interrupt_id: str
+    answered: int
+
+
+def _interrupt_id(item: Any) -> str:
+    value = getattr(item, "id", None)
+    return value if isinstance(value, str) and value else repr(item)
+
+
+def parked(writes: Sequence[tuple[str, str, Any]] | None) -> list[Parked]:
+    """The interrupts still waiting at a checkpoint: each unfinished task's latest
+    interrupts (LangGraph's rule, from LangGraph's own ``read_task_statuses`` where the
+    installed release has it)."""
+    writes = list(writes or ())
+    answered: dict[str, int] = {}
+    latest: dict[str, list[Any]] = {}
+    finished: set[str] = set()
+    for task_id, channel, value in writes:
+        if task_id == NULL_TASK_ID:
+            continue
+        if channel == INTERRUPT:
+            latest[task_id] = list(value) if isinstance(value, list | tuple) else [value]
+        elif channel == RESUME:
+            answered[task_id] = len(value) if isinstance(value, list) else 1
+        elif channel not in CONTROL_WRITES:
+            finished.add(task_id)
+    if _read_task_statuses is not None:
+        statuses = _read_task_statuses(writes)
+        pending = {t: [_interrupt_id(i) for i in s.pending_interrupts]
+                   for t, s in statuses.items()}
+    else:
+        pending = {t: [_interrupt_id(i) for i in items]
+                   for t, items in latest.items() if t not in finished}
+    return sorted((Parked(t, i, answered.get(t, 0)) for t, ids in pending.items() for i in ids),
+                  key=lambda p: (p.interrupt_id, p.task_id))
+
+
+def new_interrupt_ids(writes: Sequence[tuple[str, Any]]) -> set[str]:
+    return {_interrupt_id(i) for ch, v in writes if ch == INTERRUPT
+            for i in (v if isinstance(v, list | tuple) else [v])}
+
+
+# ====================================================================== the hooks
+
+
+class Hooks(Protocol):
+    def entered(self, loop: Any) -> None: ...
+    def exited(self, loop: Any, *, ok: bool) -> None: ...
+    def derive_id(self, loop: Any, parent: Any, channels: Any, step: int, new: Any) -> None: ...
+
+
+class _NoHooks:
+    def entered(self, loop: Any) -> None: return None
+    def exited(self, loop: Any, *, ok: bool) -> None: return None
+    def derive_id(self, loop: Any, parent: Any, channels: Any, step: int, new: Any) -> None:
+        return None
+
+
+_hooks: Hooks = _NoHooks()
+
+_entering: contextvars.ContextVar[Any] = contextvars.ContextVar("remit_lg_entering", default=None)
+_putting: contextvars.ContextVar[Any] = contextvars.ContextVar("remit_lg_putting", default=None)
+_updating: contextvars.ContextVar[bool] = contextvars.ContextVar("remit_lg_updating",
+                                                                default=False)
+
+
+def entering_loop() -> Any | None:
+    """The Pregel loop entering in this context (it is loading its checkpoint), if any."""
+    return _entering.get()
+
+
+def updating_state() -> bool:
+    """Whether this ``put`` serves ``update_state`` (not a loop)."""
+    return _updating.get()
+
+
+def _mark(fn: Any) -> Any:
+    fn.__remit__ = True
+    return fn
+
+
+def _install_loops() -> dict[str, Any]:
+    originals: dict[str, Any] = {}
+    enter, exit_ = vars(SyncPregelLoop)["__enter__"], vars(SyncPregelLoop)["__exit__"]
+    aenter, aexit = vars(AsyncPregelLoop)["__aenter__"], vars(AsyncPregelLoop)["__aexit__"]
+    originals.update(enter=enter, exit=exit_, aenter=aenter, aexit=aexit)
+
+    @functools.wraps(enter)
+    def __enter__(self: Any) -> Any:
+        token = _entering.set(self)
+        try:
+            result = enter(self)
+        except BaseException:
+            _entering.reset(token)
+            _hooks.exited(self, ok=False)
+            raise
+        _entering.reset(token)
+        try:
+            _hooks.entered(self)
+        except BaseException as exc:
+            try:
+                exit_(self, type(exc), exc, exc.__traceback__)
+            finally:
+                _hooks.exited(self, ok=False)
+            raise
+        return result
+
+    @functools.wraps(exit_)
+    def __exit__(self: Any, et: Any, ev: Any, tb: Any) -> Any:
+        ok = False
+        try:
+            suppressed = exit_(self, et, ev, tb)
+            ok = et is None or bool(suppressed)
+            return suppressed
+        finally:
+            _hooks.exited(self, ok=ok)
+
+    @functools.wraps(aenter)
+    async def __aenter__(self: Any) -> Any:
+        token = _entering.set(self)
+        try:
+            result = await aenter(self)
+        except BaseException:
+            _entering.reset(token)
+            _hooks.exited(self, ok=False)
+            raise
+        _entering.reset(token)
+        try:
+            _hooks.entered(self)
+        except BaseException as exc:
+            try:
+                await aexit(self, type(exc), exc, exc.__traceback__)
+            finally:
+                _hooks.exited(self, ok=False)
+            raise
+        return result
+
+    @functools.wraps(aexit)
+    async def __aexit__(self: Any, et: Any, ev: Any, tb: Any) -> Any:
+        ok = False
+        try:
+            suppressed = await aexit(self, et, ev, tb)
+            ok = et is None or bool(suppressed)
+            return suppressed
+        finally:
+            _hooks.exited(self, ok=ok)
+
+    SyncPregelLoop.__enter__ = _mark(__enter__)
+    SyncPregelLoop.__exit__ = _mark(__exit__)
+    AsyncPregelLoop.__aenter__ = _mark(__aenter__)
+    AsyncPregelLoop.__aexit__ = _mark(__aexit__)
+    return originals
+
+
+def _install_ids() -> None:
+    put_checkpoint = vars(PregelLoop)["_put_checkpoint"]
+    create = _loop_mod.create_checkpoint
+
+    @functools.wraps(put_checkpoint)
+    def _put_checkpoint(self: Any, metadata: Any) -> Any:
+        token = _putting.set(self)
+        try:
+            return put_checkpoint(self, metadata)
+        finally:
+            _putting.reset(token)
+
+    @functools.wraps(create)
+    def create_checkpoint(checkpoint: Any, channels: Any, step: int, *args: Any,
+                          **kwargs: Any) -> Any:
+        new = create(checkpoint, channels, step, *args, **kwargs)
+        loop = _putting.get()
+        if loop is not None and kwargs.get("id") is None:
+            _hooks.derive_id(loop, checkpoint, channels, step, new)
+        return new
+
+    PregelLoop._put_checkpoint = _mark(_put_checkpoint)
+    _loop_mod.create_checkpoint = _mark(create_checkpoint)
+
+
+def _install_updates() -> None:
+    bulk, abulk = vars(Pregel)["bulk_update_state"], vars(Pregel)["abulk_update_state"]
+
+    @functools.wraps(bulk)
+    def bulk_update_state(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _updating.set(True)
+        try:
+            return bulk(self, *args, **kwargs)
+        finally:
+            _updating.reset(token)
+
+    @functools.wraps(abulk)
+    async def abulk_update_state(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _updating.set(True)
+        try:
+            return await abulk(self, *args, **kwargs)
+        finally:
+            _updating.reset(token)
+
+    Pregel.bulk_update_state = _mark(bulk_update_state)
+    Pregel.abulk_update_state = _mark(abulk_update_state)
+
+
+_installed: dict[str, Any] = {}
+
+
+def install(hooks: Hooks) -> None:
+    """Wrap the seams (once per process) and route them to ``hooks``."""
+    global _hooks
+    _hooks = hooks
+    if _installed:
+        return
+    _installed.update(_install_loops())
+    _install_ids()
+    _install_updates()
+
+
+_WRAPPED = ((SyncPregelLoop, "__enter__"), (SyncPregelLoop, "__exit__"),
+            (AsyncPregelLoop, "__aenter__"), (AsyncPregelLoop, "__aexit__"),
+            (PregelLoop, "_put_checkpoint"), (Pregel, "bulk_update_state"),
+            (Pregel, "abulk_update_state"))
+
+
+def verify() -> None:
+    """Raise :class:`LangGraphSeamError` if a wrapped seam was replaced after import."""
+    for cls, name in _WRAPPED:
+        if not getattr(getattr(cls, name, None), "__remit__", False):
+            raise LangGraphSeamError(
+                f"{cls.__module__}.{cls.__qualname__}.{name}",
+                "was replaced after remit-langgraph wrapped it (by another library or a "
+                "test), so remit would not see which invocation loads a checkpoint")
+    if not getattr(getattr(_loop_mod, "create_checkpoint", None), "__remit__", False):
+        raise LangGraphSeamError("langgraph.pregel._loop.create_checkpoint",
+                                 "was replaced after remit-langgraph wrapped it")
