@@ -132,6 +132,30 @@ def pydantic_graph(session: nox.Session, version: str, store: str) -> None:
                 PYDANTIC_GRAPH[version], store)
 
 
+# ------------------------------------------------------------- the frameworks' own suites
+
+# What the released test suites import beyond the framework (tests/upstream/run.py
+# downloads the suite itself with pip download).
+UPSTREAM_TOOLS = locked("pytest", "pytest-timeout", "pytest-mock", "syrupy", "pip")
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize(("version", "store"), matrix(LANGGRAPH))
+def langgraph_upstream(session: nox.Session, version: str, store: str) -> None:
+    """LangGraph's own test suite (the released sdist of that langgraph, downloaded at
+    run time): its checkpointer-parametrized tests on the stock SqliteSaver and on
+    RemitSaver (on ``store``); prints the remit-only failures and fails on any that is
+    not on the documented list in packages/remit-langgraph/README.md."""
+    session.install(
+        "-e", "shared[postgres,redis]", "-e", "packages/remit-langgraph",
+        *LANGGRAPH[version], *UPSTREAM_TOOLS, "psycopg[binary]", "psycopg-pool", "redis",
+        "httpx",
+    )
+    session.run("uv", "pip", "list", external=True)
+    session.run("python", "-m", "tests.upstream.run", "langgraph", "--store", store,
+                *session.posargs, env={"REMIT_REQUIRE_SERVICES": "1"})
+
+
 # ---------------------------------------------------------------------------- remit-core
 
 CORE_TESTS = [

@@ -148,7 +148,7 @@ def test_resume_with_the_config_get_state_returns(saver: RemitSaver, mode: str) 
     result = run(graph, Command(resume="yes"), head, mode)
 
     assert result["log"] == ["ask:'yes'", "after"]
-    with pytest.raises(ConsumeConflict, match="answered already|no pending interrupt"):
+    with pytest.raises(ConsumeConflict, match=r"answered already|no pending interrupt"):
         run(graph, Command(resume="again"), head, mode)
 
 

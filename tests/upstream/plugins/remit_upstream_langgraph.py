@@ -25,7 +25,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
 import remit_upstream_stores as _stores
 
 SYNC = "sync_checkpointer"

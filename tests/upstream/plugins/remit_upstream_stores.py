@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import tempfile
-import uuid
 from collections.abc import Iterator
 
 PG_URL = os.environ.get("REMIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -24,7 +24,8 @@ def backend() -> str:
 def fresh_url(kind: str | None = None) -> Iterator[str]:
     """A URL of a store nobody else uses; whatever it held is deleted afterwards."""
     kind = kind or backend()
-    tag = uuid.uuid4().hex[:12]
+    # (not uuid4: the suite's deterministic_uuids fixture patches it for the test)
+    tag = secrets.token_hex(6)
     if kind == "sqlite":
         with tempfile.TemporaryDirectory(prefix="remit-up-") as tmp:
             yield f"sqlite:///{tmp}/remit-{tag}.db"
