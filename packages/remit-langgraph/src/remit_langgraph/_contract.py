@@ -267,13 +267,15 @@ class ConsumeGate:
 
     def _refuse_answered(self, thread_id: str, ns: str, checkpoint_id: str,
                          ids: Sequence[str], view: _seam.LoopView, *, addressed: bool) -> None:
-        """CO: a resume map naming an interrupt that was answered already is a second
-        delivery. Under LangGraph's strict resume at the thread's head LangGraph refuses
-        it itself (``UnknownInterruptError``), so remit leaves it to LangGraph there; an
-        id nobody answered is LangGraph's to accept or refuse."""
+        """CO: a resume map naming an interrupt that was answered already (or is being
+        answered by a delivery in flight) is a second delivery. Under LangGraph's strict
+        resume at the thread's head LangGraph refuses it itself (``UnknownInterruptError``),
+        so remit leaves it to LangGraph there; an id nobody answered is LangGraph's to
+        accept or refuse."""
         wanted = set(ids)
         answered = [c for c in self.saver.store.list_claims(thread_id)
-                    if c.status == "consumed" and (parts := _split_key(c.key)) is not None
+                    if c.status in ("consumed", "claimed")
+                    and (parts := _split_key(c.key)) is not None
                     and parts[1] == ns and parts[3] in wanted]
         if not answered:
             return
@@ -281,14 +283,17 @@ class ConsumeGate:
                   and bool(view.configurable.get(CONFIG_KEY_STRICT_RESUME)))
         if strict and (not addressed or self._head_id(thread_id, ns) == checkpoint_id):
             return
-        first = min(answered, key=lambda c: c.consumed_at or 0.0)
+        first = min(answered, key=lambda c: (c.status != "consumed", c.consumed_at or 0.0))
         parts = _split_key(first.key) or ("",) * 5
-        when = datetime.fromtimestamp(first.consumed_at or 0.0, UTC).isoformat(
-            timespec="seconds")
+        if first.status == "consumed":
+            when = _iso(first.consumed_at)
+            what = f"was answered already, at checkpoint {parts[2]!r} by {first.owner!r} ({when})"
+        else:
+            what = (f"is being answered by {first.owner!r}, at checkpoint {parts[2]!r} (its "
+                    f"lease runs until {_iso(first.lease_until)})")
         raise ConsumeConflict(
-            f"thread {thread_id!r}: interrupt {parts[3]} was answered already, at checkpoint "
-            f"{parts[2]!r} by {first.owner!r} ({when}); a resume value is consumed once, so "
-            "this one was not stored. Answer the interrupts pending now "
+            f"thread {thread_id!r}: interrupt {parts[3]} {what}; a resume value is consumed "
+            "once, so this one was not stored. Answer the interrupts pending now "
             f"(graph.get_state(config).interrupts), or fork with "
             f"configurable[{FORK_FLAG!r}]=True to branch from that interrupt.",
             key=first.key, run_id=thread_id, step=checkpoint_id, owner=first.owner,
@@ -399,6 +404,10 @@ class _Hooks:
         derived = derived_checkpoint_id(loop, parent, channels, step, new)
         if derived is not None:
             new["id"] = derived
+
+
+def _iso(epoch: float | None) -> str:
+    return datetime.fromtimestamp(epoch or 0.0, UTC).isoformat(timespec="seconds")
 
 
 def _with_claimed_value(found: CheckpointTuple, value: Any) -> CheckpointTuple:
