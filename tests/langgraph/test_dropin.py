@@ -28,8 +28,10 @@ from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import pytest
+from langgraph.func import entrypoint, task
 from langgraph.graph import START, StateGraph
-from langgraph.types import Command, Interrupt, interrupt
+from langgraph.types import Command, Interrupt, Send, interrupt
+from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 from remit_core import ConsumeConflict, Store
@@ -199,6 +201,91 @@ def test_each_interrupt_of_a_node_takes_one_answer(saver: RemitSaver, mode: str)
     assert run(graph, Command(resume="2"), config, mode)["log"] == ["1,2"]
     with pytest.raises(ConsumeConflict):
         run(graph, Command(resume="3"), config, mode)
+
+
+class Approval(BaseModel):
+    approved: bool
+    note: str = ""
+    tags: list[str] = []
+
+
+def test_a_pydantic_model_resume_value(saver: RemitSaver, mode: str) -> None:
+    graph = approval(saver)
+    config = thread()
+    run(graph, {"log": []}, config, mode)
+    answer = Approval(approved=True, note="ok", tags=["a", "b"])
+
+    result = run(graph, Command(resume=answer), config, mode)
+
+    assert result["log"] == [f"ask:{answer!r}", "after"]
+    with pytest.raises(ConsumeConflict):
+        run(graph, Command(resume=answer), config, mode)
+
+
+def test_an_interrupt_inside_a_subgraph(saver: RemitSaver, mode: str) -> None:
+    def inner(state: State) -> dict[str, Any]:
+        return {"log": [f"inner:{interrupt('sub?')}"]}
+
+    sub = StateGraph(State).add_node("inner", inner).add_edge(START, "inner").compile()
+    graph = (StateGraph(State).add_node("sub", sub).add_node("after", lambda s: {"log": ["after"]})
+             .add_edge(START, "sub").add_edge("sub", "after").compile(checkpointer=saver))
+    config = thread()
+    run(graph, {"log": []}, config, mode)
+    assert [i.value for i in graph.get_state(config).interrupts] == ["sub?"]
+
+    result = run(graph, Command(resume={"approved": True}), config, mode)
+
+    assert result["log"] == ["inner:{'approved': True}", "after"]
+    with pytest.raises(ConsumeConflict):
+        run(graph, Command(resume={"approved": False}), config, mode)
+
+
+class Fan(TypedDict, total=False):
+    items: list[str]
+    log: Annotated[list[str], operator.add]
+
+
+def test_send_tasks_each_interrupt_and_one_map_answers_them(saver: RemitSaver,
+                                                           mode: str) -> None:
+    def review(item: dict[str, str]) -> dict[str, Any]:
+        return {"log": [f"{item['item']}:{interrupt(item['item'])}"]}
+
+    graph = (StateGraph(Fan).add_node("review", review)
+             .add_conditional_edges(START, lambda s: [Send("review", {"item": i})
+                                                      for i in s["items"]], ["review"])
+             .compile(checkpointer=saver))
+    config = thread()
+    run(graph, {"items": ["x", "y", "z"], "log": []}, config, mode)
+    ids = pending(graph, config)
+    assert sorted(ids) == ["x", "y", "z"]
+
+    answers = {ids[v]: {"ok": v != "y", "by": ["me"]} for v in ids}
+    result = run(graph, Command(resume=answers), config, mode)
+
+    assert sorted(result["log"]) == sorted(f"{v}:{answers[ids[v]]!r}" for v in ids)
+    with pytest.raises(ConsumeConflict):
+        run(graph, Command(resume=answers), config, mode)
+
+
+def test_the_functional_api(saver: RemitSaver, mode: str) -> None:
+    @task
+    def prepare(order: dict[str, Any]) -> str:
+        return f"order {order['id']}"
+
+    @entrypoint(checkpointer=saver)
+    def workflow(order: dict[str, Any]) -> dict[str, Any]:
+        text = prepare(order).result()
+        answer = interrupt({"question": f"approve {text}?"})
+        return {"text": text, "answer": answer}
+
+    config = thread()
+    run(workflow, {"id": 7}, config, mode)
+
+    result = run(workflow, Command(resume={"approved": True, "by": "ops"}), config, mode)
+
+    assert result == {"text": "order 7", "answer": {"approved": True, "by": "ops"}}
+    with pytest.raises(ConsumeConflict):
+        run(workflow, Command(resume={"approved": False}), config, mode)
 
 
 # ============================================================ a claim ends with its invocation
