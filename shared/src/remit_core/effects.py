@@ -144,8 +144,11 @@ class _Call:
             return "done"
         if st.outcome in ("run", "taken_over"):
             if st.outcome == "taken_over":
-                log.warning("remit: effect %s: owner %s died mid-call; re-calling with "
-                            "idempotency key %r", self.key, st.receipt.owner, self.key)
+                # the receipt now names the caller: the dead owner comes with the take-over
+                log.warning("remit: effect %s: owner %s died mid-call (its lease expired); "
+                            "taken over by %s, which re-calls it with idempotency key %r",
+                            self.key, st.previous_owner or "(unknown)", st.receipt.owner,
+                            self.key)
             return "call"
         r = st.receipt
         if st.outcome == "in_doubt":

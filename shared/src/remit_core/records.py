@@ -72,6 +72,8 @@ class ReceiptRow:
     completed_at: float | None
     result: bytes | None
     attempt: int
+    #: set by a take-over only: the owner whose lease had expired (not stored)
+    previous_owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,8 @@ class ClaimRow:
     value: bytes | None
     claimed_at: float
     consumed_at: float | None
+    #: set by a take-over only: the owner whose lease had expired (not stored)
+    previous_owner: str | None = None
 
 
 # -- public records ------------------------------------------------------------------------------
@@ -164,10 +168,14 @@ class ReceiptStart:
     * ``done``: a result is recorded; return ``receipt.result``.
     * ``busy``: another live owner holds it; wait for its result.
     * ``in_doubt``: its owner died mid-call and the caller may not re-call it.
+
+    ``previous_owner`` (``taken_over`` only) is the owner whose lease had expired;
+    ``receipt.owner`` is the caller.
     """
 
     outcome: ReceiptOutcome
     receipt: Receipt
+    previous_owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,3 +193,5 @@ class Claim:
     claimed_at: float
     consumed_at: float | None
     taken_over: bool = False
+    #: when ``taken_over``: the owner whose lease had expired (``owner`` is the caller)
+    previous_owner: str | None = None

@@ -21,17 +21,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import functools
 import logging
+import math
 import os
 import socket
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from remit_core.errors import ConsumeConflict, LeaseLost
+from remit_core.errors import ConsumeConflict, LeaseLost, StoreConfigError
 from remit_core.records import (
     BlobRow,
     Checkpoint,
@@ -52,6 +55,13 @@ from remit_core.serde import Serde, default_serde
 from remit_core.store import chunks as _chunks
 
 log = logging.getLogger("remit")
+
+#: the backend operations that write (refused on a store opened read-only)
+_WRITES = frozenset({
+    "_write_checkpoint", "_write_writes", "_delete_run", "_copy_run", "_prune_run",
+    "_delete_executions", "_start_receipt", "_complete_receipt", "_release_receipt",
+    "_renew_receipt", "_resolve_receipt", "_reset_receipt", "_claim", "_consume_claim",
+    "_release_claim", "_renew_claim"})
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -81,10 +91,13 @@ class Store(ABC):
     #: the average chunk size FastCDC aims at
     chunk_size: int = 16 * 1024
 
-    def __init__(self, url: str, *, serde: Serde | None = None, lease: float = DEFAULT_LEASE):
+    def __init__(self, url: str, *, serde: Serde | None = None, lease: float = DEFAULT_LEASE,
+                 read_only: bool = False):
         self.url = url
         self.serde = serde or default_serde
         self.lease = lease
+        #: opened with ``open_store(url, read_only=True)``: every write is refused
+        self.read_only = read_only
         self._keeper: _LeaseKeeper | None = None
         self._keeper_lock = threading.Lock()
 
@@ -113,6 +126,11 @@ class Store(ABC):
         the policy takes over *from that failure* (it sees the first attempt fail), so
         the attempts, waits and log lines are those of a policy that made every attempt.
         """
+        if self.read_only and getattr(fn, "__name__", "") in _WRITES:
+            raise StoreConfigError(
+                f"{self.url!r} was opened read-only (open_store(url, read_only=True)); "
+                f"{fn.__name__.lstrip('_').replace('_', ' ')} writes, so it was refused. Open "
+                "the store without read_only to change it.", url=self.url)
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
@@ -328,7 +346,8 @@ class Store(ABC):
             self._start_receipt, key, run_id, step, name, ordinal, owner,
             self.lease if lease is None else lease, may_take_over,
         )
-        return ReceiptStart(outcome, self._receipt(row))
+        return ReceiptStart(outcome, self._receipt(row),
+                            row.previous_owner if outcome == "taken_over" else None)
 
     def complete_receipt(self, key: str, *, owner: str, fence: int, result: Any) -> None:
         """EO, phase two: record the result. Fenced: raises :class:`LeaseLost` when the
@@ -424,18 +443,34 @@ class Store(ABC):
         return [self._claim_record(r) for r in self._call(self._list_claims, run_id)]
 
     def _claim_conflict(self, claim: Claim, outcome: ClaimOutcome) -> ConsumeConflict:
+        """The refusal of a claim, saying who holds it, whether the holder's lease still
+        runs (until when, and for how long) or has lapsed, and what to do."""
+        where = f"claim {claim.key!r} of run {claim.run_id!r}"
         if outcome == "consumed":
-            msg = (f"claim {claim.key!r} of run {claim.run_id!r} was already consumed by "
-                   f"{claim.owner!r} at {claim.consumed_at:.3f}; a value is consumed once. "
-                   "Start a fork explicitly if you mean to branch.")
-        elif outcome == "mismatch":
-            msg = (f"claim {claim.key!r} of run {claim.run_id!r} is held for another value by "
-                   f"{claim.owner!r}, whose lease expired; recover with the recorded value "
-                   "(resume without a new value) instead of delivering a different one.")
+            at = "" if claim.consumed_at is None else f" at {_iso(claim.consumed_at)}"
+            msg = (f"{where} was already consumed by {claim.owner!r}{at}; a value is "
+                   "consumed once. Start a fork explicitly if you mean to branch.")
         else:
-            msg = (f"claim {claim.key!r} of run {claim.run_id!r} is held by {claim.owner!r} "
-                   f"(lease until {claim.lease_until:.3f}); another delivery won the race. "
-                   "Wait for it to finish, or retry after its lease if it died.")
+            left = claim.lease_until - time.time()
+            if left > 0:
+                lease = (f"its lease is still running: until {_iso(claim.lease_until)} "
+                         f"(in {math.ceil(left)} s)")
+            else:
+                lease = (f"its lease lapsed at {_iso(claim.lease_until)} "
+                         f"({math.floor(-left)} s ago) without a renewal, so that process "
+                         "has most likely died")
+            if outcome == "mismatch":
+                msg = (f"{where} is held for another value by {claim.owner!r}; {lease}. "
+                       "Recover with the recorded value (resume without a new value) instead "
+                       "of delivering a different one.")
+            elif left > 0:
+                msg = (f"{where} is held by {claim.owner!r}, which has not consumed it; "
+                       f"{lease}. If that process is at work, wait for it to finish and "
+                       "reload the run. If it died, retry after the lease runs out (in "
+                       f"{math.ceil(left)} s): the next resume then takes the claim over.")
+            else:
+                msg = (f"{where} is held by {claim.owner!r}, which has not consumed it; "
+                       f"{lease}. Retry now: the next resume takes it over.")
         return ConsumeConflict(msg, key=claim.key, run_id=claim.run_id, owner=claim.owner,
                                consumed_at=claim.consumed_at, status=claim.status)
 
@@ -563,7 +598,8 @@ class Store(ABC):
         value = None if row.value is None else self.serde.decode(
             row.value, record=f"value of claim {row.key!r}")
         return Claim(row.key, row.run_id, row.status, row.owner, row.fence, row.lease_until,
-                     row.digest, value, row.claimed_at, row.consumed_at, taken_over)
+                     row.digest, value, row.claimed_at, row.consumed_at, taken_over,
+                     row.previous_owner if taken_over else None)
 
     # ============================================================================ backend methods
 
@@ -656,7 +692,8 @@ class Store(ABC):
         started, owner == owner                       ``run`` (a retried call; no write)
         started, lease_until > now                    ``busy``
         started, expired, may_take_over               ``taken_over``: owner, fence+1, attempt+1,
-                                                      lease_until now+lease
+                                                      lease_until now+lease (the row returned
+                                                      has ``previous_owner``: the dead one)
         started, expired, not may_take_over           ``in_doubt`` (no write)
         ============================================  ===========================================
         """
@@ -703,7 +740,8 @@ class Store(ABC):
         claimed, owner == owner                       ``reentered`` (no write)
         claimed, lease_until > now                    ``held``
         claimed, expired, digest None or equal        ``taken_over``: owner, fence+1, lease;
-                                                      digest and value kept
+                                                      digest and value kept (the row returned
+                                                      has ``previous_owner``)
         claimed, expired, digest differs              ``mismatch``
         ============================================  ===========================================
         """
@@ -726,6 +764,11 @@ class Store(ABC):
 
     @abstractmethod
     def _list_claims(self, run_id: str | None) -> list[ClaimRow]: ...
+
+
+def _iso(t: float) -> str:
+    """An epoch time as ISO 8601 UTC, to the second: ``2026-12-01T08:41:00Z``."""
+    return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class _LeaseKeeper:

@@ -18,6 +18,7 @@ missing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import re
@@ -922,7 +923,7 @@ class PostgresStore(Store):
                 f"lease_until = {NOW} + %s WHERE key = %s RETURNING {_RC_COLS}",
                 (owner, lease, key)).fetchone()
             assert r is not None
-            return "taken_over", _rc(r)
+            return "taken_over", dataclasses.replace(_rc(r), previous_owner=cur.owner)
 
     def _complete_receipt(self, key: str, owner: str, fence: int, result: bytes) -> bool:
         with self._conn() as conn:
@@ -1036,7 +1037,7 @@ class PostgresStore(Store):
                 f"UPDATE {self._cl} SET owner = %s, fence = fence + 1, lease_until = {NOW} + %s "
                 f"WHERE key = %s RETURNING {_CL_COLS}", (owner, lease, key)).fetchone()
             assert r is not None
-            return "taken_over", _cl(r)
+            return "taken_over", dataclasses.replace(_cl(r), previous_owner=cur.owner)
 
     def _consume_claim(self, key: str, owner: str, fence: int, digest: str | None
                        ) -> tuple[bool, ClaimRow | None]:

@@ -78,6 +78,7 @@ declared in ``KEYS``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -665,7 +666,7 @@ if ARGV[9] ~= '1' then return {'in_doubt', redis.call('HGETALL', KEYS[1])} end
 redis.call('HSET', KEYS[1], 'owner', owner, 'lease_until', fmt(now + tonumber(ARGV[8])))
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HINCRBY', KEYS[1], 'attempt', 1)
-return {'taken_over', redis.call('HGETALL', KEYS[1])}
+return {'taken_over', redis.call('HGETALL', KEYS[1]), f[2] or false}
 """
 
 # KEYS: 1 rc. ARGV: 1 P, 2 owner, 3 fence, 4 result
@@ -760,7 +761,7 @@ end
 -- LV: the holder died; take over with the recorded digest and value
 redis.call('HSET', KEYS[1], 'owner', owner, 'lease_until', until_)
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
-return {'taken_over', redis.call('HGETALL', KEYS[1])}
+return {'taken_over', redis.call('HGETALL', KEYS[1]), f[2] or false}
 """
 
 # KEYS: 1 cl. ARGV: 1 P, 2 owner, 3 fence, 4 has_digest, 5 digest
@@ -1216,11 +1217,14 @@ class RedisStore(Store):
                        owner: str, lease: float, may_take_over: bool
                        ) -> tuple[ReceiptOutcome, ReceiptRow]:
         k = self._k
-        outcome, h = self._s_start_rc(
+        outcome, h, *previous = self._s_start_rc(
             keys=[k.rc(key), k.rcs(run_id), k.known],
             args=[self.prefix, key, run_id, step, name, int(ordinal), owner, repr(float(lease)),
                   "1" if may_take_over else "0"])
-        return cast(ReceiptOutcome, _str(outcome)), _rc_row(_hash(h))
+        row = _rc_row(_hash(h))
+        if previous and previous[0]:
+            row = dataclasses.replace(row, previous_owner=_str(previous[0]))
+        return cast(ReceiptOutcome, _str(outcome)), row
 
     def _complete_receipt(self, key: str, owner: str, fence: int, result: bytes) -> bool:
         return bool(self._s_complete_rc(keys=[self._k.rc(key)],
@@ -1257,11 +1261,14 @@ class RedisStore(Store):
     def _claim(self, key: str, run_id: str, owner: str, lease: float, digest: str | None,
                value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
         k = self._k
-        outcome, h = self._s_claim(
+        outcome, h, *previous = self._s_claim(
             keys=[k.cl(key), k.cls(run_id), k.known],
             args=[self.prefix, key, run_id, owner, repr(float(lease)), _flag(digest),
                   digest or "", _flag(value), value or b""])
-        return cast(ClaimOutcome, _str(outcome)), _cl_row(_hash(h))
+        row = _cl_row(_hash(h))
+        if previous and previous[0]:
+            row = dataclasses.replace(row, previous_owner=_str(previous[0]))
+        return cast(ClaimOutcome, _str(outcome)), row
 
     def _consume_claim(self, key: str, owner: str, fence: int, digest: str | None
                        ) -> tuple[bool, ClaimRow | None]:

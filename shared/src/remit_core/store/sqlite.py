@@ -9,6 +9,7 @@ primitive is one serialised transaction across all processes on the host.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
@@ -636,7 +637,7 @@ class SqliteStore(Store):
                          "attempt = attempt + 1, lease_until = ? WHERE key = ?",
                          (owner, now + lease, key))
             r = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts WHERE key = ?", (key,)).fetchone()
-            return "taken_over", _rc(r)
+            return "taken_over", dataclasses.replace(_rc(r), previous_owner=cur.owner)
 
     def _complete_receipt(self, key: str, owner: str, fence: int, result: bytes) -> bool:
         with self._tx() as conn:
@@ -715,7 +716,8 @@ class SqliteStore(Store):
                 return "mismatch", cur
             conn.execute("UPDATE remit_claims SET owner = ?, fence = fence + 1, lease_until = ? "
                          "WHERE key = ?", (owner, now + lease, key))
-            return "taken_over", self._claim_row(conn, key)
+            return "taken_over", dataclasses.replace(self._claim_row(conn, key),
+                                                     previous_owner=cur.owner)
 
     @staticmethod
     def _claim_row(conn: sqlite3.Connection, key: str) -> ClaimRow:
