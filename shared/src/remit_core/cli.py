@@ -17,6 +17,7 @@ from typing import Any
 
 from remit_core.errors import RemitError
 from remit_core.store import open_store
+from remit_core.urls import scrub_lines, url_secrets
 
 
 def _ts(t: float | None) -> str:
@@ -36,7 +37,8 @@ def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    with open_store(args.url) as store:
+    # read-only: inspection creates no file, table, schema or key (DESIGN.md section 4b)
+    with open_store(args.url, read_only=True) as store:
         report: dict[str, Any] = {"store": store.url}
         if args.run is None:
             report["runs"] = [
@@ -161,6 +163,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except RemitError as exc:
         print(f"remit: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except Exception:
+        # an unexpected error still never shows a password of a URL on the command line
+        import traceback
+
+        secrets = [s for a in (argv if argv is not None else sys.argv[1:]) if "://" in a
+                   for s in url_secrets(a)]
+        print(scrub_lines(traceback.format_exc(), secrets), file=sys.stderr)
         return 1
 
 

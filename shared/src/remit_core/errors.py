@@ -38,6 +38,11 @@ class StoreConfigError(RemitError, ValueError):
         super().__init__(message)
 
 
+class StoreNotFound(StoreConfigError):
+    """A read-only open (``remit inspect``) found no remit store at the URL: no such
+    file, schema or key prefix, or one that remit did not write. Nothing was created."""
+
+
 class StoreUnavailable(RemitError, ConnectionError):
     """The store's server could not be reached (after the bounded retries)."""
 
@@ -191,6 +196,7 @@ __all__ = [
     "SerializationError",
     "StateValidationError",
     "StoreConfigError",
+    "StoreNotFound",
     "StoreUnavailable",
     "StoreVersionError",
 ]

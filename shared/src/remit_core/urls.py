@@ -1,41 +1,133 @@
-"""Store URLs: parsing, and masking secrets before a URL appears in a message."""
+"""Store URLs: masking secrets before a URL or a driver's message appears anywhere.
+
+Masking works on the raw string, never on what a URL parser makes of it: a password
+may hold an unencoded ``#``, ``/``, ``?`` or ``@``, which parsers read as the start of a
+fragment, path or query, or as the end of the userinfo, and then hand back only a piece
+of the password (or none) while the rest travels on as "host" or "path". So:
+
+* the userinfo is everything between ``scheme://`` and the **last** ``@`` of the URL:
+  a password may hold ``@``, a host never does. Everything after the first ``:`` of
+  the userinfo is the password. (An ``@`` in a query value makes more than the password
+  masked; when in doubt, remit masks more.)
+* a ``password=``-like query parameter is masked up to the next ``&name=`` or the end.
+"""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+import re
+from collections.abc import Iterable, Sequence
+from urllib.parse import unquote, urlsplit
 
-_SECRET_PARAMS = {"password", "sslpassword", "pass", "pwd", "secret", "token"}
+_SECRET_PARAMS = ("password", "sslpassword", "pass", "pwd", "secret", "token")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# a secret query (or key=value) parameter: its value runs to the next "&name=" or the end
+_PARAM_SECRET = re.compile(
+    r"(?:(?<=[?&;\s])|^)(?:" + "|".join(_SECRET_PARAMS) + r")\s*=\s*"
+    r"(.*?)(?=&[A-Za-z_][A-Za-z0-9_.-]*=|\s+[A-Za-z_][A-Za-z0-9_]*\s*=|$)",
+    re.IGNORECASE | re.DOTALL)
+_DELIMS = re.compile(r"[#/?@&=:;\s]+")
+#: a secret shorter than this is not searched for in driver messages (it would mask
+#: ports and ordinary words); the URL itself is always masked in full
+MIN_SECRET = 4
+
+
+def _secret_spans(url: str) -> list[tuple[int, int]]:
+    """The (start, end) spans of ``url`` that hold a secret, found on the raw string."""
+    spans: list[tuple[int, int]] = []
+    m = _SCHEME.match(url)
+    start = m.end() if m else 0
+    at = url.rfind("@", start)
+    if at >= 0:
+        userinfo = url[start:at]
+        colon = userinfo.find(":")
+        if colon >= 0:
+            spans.append((start + colon + 1, at))
+        elif re.search(r"[/?#\s]", userinfo):
+            spans.append((start, at))  # not a plain user name: mask all of it
+    for p in _PARAM_SECRET.finditer(url):
+        spans.append(p.span(1))
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
 
 
 def mask_url(url: str) -> str:
-    """The URL with any password (in the netloc or a ``password=`` parameter) replaced by ``***``."""
+    """``url`` with every password (in the userinfo or a ``password=`` parameter) as ``***``."""
+    url = str(url)
+    out, last = [], 0
+    for a, b in _secret_spans(url):
+        out.append(url[last:a])
+        out.append("***")
+        last = b
+    out.append(url[last:])
+    return "".join(out)
+
+
+def url_secrets(url: str) -> list[str]:
+    """Every string of ``url`` that must not appear in a message, longest first: the raw
+    passwords, their decoded forms, what a URL parser takes for the password, and the
+    pieces of each between delimiters (a parser may hand a piece on as a host or path)."""
+    url = str(url)
+    found: set[str] = set()
+    for a, b in _secret_spans(url):
+        found.add(url[a:b])
     try:
-        parts = urlsplit(url)
+        parsed = urlsplit(url).password
     except ValueError:
-        return "<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        if ":" in userinfo:
-            netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(k.lower() in _SECRET_PARAMS for k, _ in pairs):
-            query = urlencode([(k, "***" if k.lower() in _SECRET_PARAMS else v)
-                               for k, v in pairs], safe="*")
-    if netloc == parts.netloc and query == parts.query:
-        return url
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        parsed = None
+    if parsed:
+        found.add(parsed)
+    for s in list(found):
+        found.add(unquote(s))
+        found.update(_DELIMS.split(s))
+        found.update(_DELIMS.split(unquote(s)))
+    return sorted((s for s in found if len(s) >= MIN_SECRET), key=len, reverse=True)
 
 
-def split_options(query: str, known: frozenset[str] | set[str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
-    """Split a query string into remit's own options and the rest (for the driver)."""
-    ours: dict[str, str] = {}
-    rest: list[tuple[str, str]] = []
-    for k, v in parse_qsl(query, keep_blank_values=True):
-        if k in known:
-            ours[k] = v
-        else:
-            rest.append((k, v))
-    return ours, rest
+def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` (a driver's message) with every secret replaced by ``***``, URLs and
+    ``password=`` parameters in it masked, on one line."""
+    for secret in sorted({s for s in secrets if s and len(s) >= MIN_SECRET}, key=len,
+                         reverse=True):
+        text = text.replace(secret, "***")
+    text = re.sub(r"[A-Za-z][A-Za-z0-9+.-]*://\S+", lambda m: mask_url(m.group(0)), text)
+    text = _PARAM_SECRET.sub(lambda m: m.group(0)[: m.start(1) - m.start(0)] + "***", text)
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def scrub_lines(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """:func:`scrub` for each line of ``text`` (a traceback), keeping the lines."""
+    found = list(secrets)
+    return "\n".join(line[:len(line) - len(line.lstrip())] + scrub(line, found)
+                     for line in text.rstrip("\n").splitlines())
+
+
+def leaks(text: str, secrets: Sequence[str]) -> bool:
+    """Whether ``text`` holds any of ``secrets``."""
+    return any(s in text for s in secrets)
+
+
+def password_hint(url: str) -> str:
+    """A hint for an error about ``url`` when its password holds a character that URL
+    parsers take for a delimiter (then the driver saw another host, port or path).
+    Python's parser (redis-py's) ends the userinfo at the last ``@``, libpq's at the
+    first, so ``@`` counts for PostgreSQL URLs only."""
+    m = _SCHEME.match(url)
+    start = m.end() if m else 0
+    at = url.rfind("@", start)
+    if at < 0:
+        return ""
+    userinfo = url[start:at]
+    colon = userinfo.find(":")
+    delimiters = r"[#/?@]" if url[:start].lower().startswith("postgres") else r"[#/?]"
+    if colon >= 0 and re.search(delimiters, userinfo[colon + 1:]):
+        return (" If the password holds '#', '/', '?' or '@', percent-encode it in the URL "
+                "(urllib.parse.quote(password, safe='')).")
+    return ""
+
+
+__all__ = ["leaks", "mask_url", "password_hint", "scrub", "scrub_lines", "url_secrets"]

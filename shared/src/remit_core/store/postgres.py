@@ -25,7 +25,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, ParamSpec, TypeVar
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg.errors
@@ -37,6 +37,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from remit_core.errors import (
     ForeignSchemaError,
     StoreConfigError,
+    StoreNotFound,
     StoreUnavailable,
     StoreVersionError,
 )
@@ -53,7 +54,9 @@ from remit_core.records import (
 from remit_core.serde import Serde
 from remit_core.store import chunks as _chunks
 from remit_core.store.base import Store
-from remit_core.urls import mask_url, split_options
+from remit_core.store.options import known_options, option, parse_options
+from remit_core.urls import mask_url, password_hint, url_secrets
+from remit_core.urls import scrub as _scrub
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -180,8 +183,6 @@ NOW = "extract(epoch from clock_timestamp())::float8"
 # advisory locks does not overlap the bigint one used for the per-run locks below.
 MIGRATION_LOCK = 0x52454D54  # "REMT"
 
-SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-
 _CK_COLS = ("c.run_id, c.ns, c.checkpoint_id, c.parent_id, c.kind, c.execution_id, c.data, "
             "c.metadata, c.versions, c.created_at, c.seq")
 _RC_COLS = ("key, run_id, step, name, ordinal, status, owner, fence, lease_until, started_at, "
@@ -189,23 +190,23 @@ _RC_COLS = ("key, run_id, step, name, ordinal, status, owner, fence, lease_until
 _CL_COLS = ("key, run_id, status, owner, fence, lease_until, digest, value, claimed_at, "
             "consumed_at")
 
-_URI_SECRET = re.compile(r"(://[^/?#@\s:]*:)[^@\s]*@")
-_KV_SECRET = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\"]*)", re.I)
+# libpq's key='quoted value' form (in conninfo strings that a driver message may echo)
+_KV_SECRET = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*')", re.I)
 
 
 def mask(url: str) -> str:
-    """``mask_url``, which also masks the ``password=`` / ``sslpassword=`` parameters."""
+    """``mask_url``: every password in the URL (userinfo or ``password=``) masked."""
     return mask_url(url)
 
 
 def scrub(text: str, secrets: Sequence[str | None] = ()) -> str:
     """A driver message with every password in it replaced by ``***``, on one line."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    text = _URI_SECRET.sub(r"\1***@", text)
-    text = _KV_SECRET.sub(r"\1***", text)
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+    return _scrub(_KV_SECRET.sub(r"\1***", text), secrets)
+
+
+def _read_only_session(conn: Conn) -> None:
+    """A pooled connection of a store opened read-only: the server refuses any write."""
+    conn.execute("SET default_transaction_read_only = on")
 
 
 def _hash64(text: str) -> int:
@@ -249,14 +250,13 @@ def _cl(r: Sequence[Any]) -> ClaimRow:
 class PostgresStore(Store):
     """A store in one schema of a PostgreSQL database, shared by many hosts."""
 
-    OPTIONS: ClassVar[frozenset[str]] = frozenset(
-        {"lease", "schema", "pool_min", "pool_max", "pool_timeout"})
     DEFAULT_CONNECT_TIMEOUT: ClassVar[int] = 5
 
     def __init__(self, url: str, conninfo: str, schema: str, *, serde: Serde | None,
                  lease: float, pool_min: int = 1, pool_max: int = 10,
-                 pool_timeout: float = 10.0, secrets: Sequence[str | None] = ()) -> None:
-        super().__init__(mask(url), serde=serde, lease=lease)
+                 pool_timeout: float = 10.0, read_only: bool = False,
+                 secrets: Sequence[str | None] = ()) -> None:
+        super().__init__(mask(url), serde=serde, lease=lease, read_only=read_only)
         self.schema = schema
         self._conninfo = conninfo
         self._secrets = [s for s in secrets if s]
@@ -265,7 +265,7 @@ class PostgresStore(Store):
         self._pool_timeout = pool_timeout
         self._connect_timeout = float(str(
             conninfo_to_dict(conninfo).get("connect_timeout", self.DEFAULT_CONNECT_TIMEOUT)))
-        q = f'"{schema}"'  # schema is validated against SCHEMA_NAME: no quote can occur
+        q = f'"{schema}"'  # the option table allows letters, digits, _: no quote can occur
         self._meta = f"{q}.remit_meta"
         self._runs = f"{q}.remit_runs"
         self._ck = f"{q}.remit_checkpoints"
@@ -327,7 +327,7 @@ class PostgresStore(Store):
         self._closed = False
         self._pid = os.getpid()
         self._inherited: list[ConnectionPool[Conn]] = []
-        self._migrate()
+        self._migrate()  # read-only: only finds the store (see _migrate_on)
         self._pool = self._new_pool()
         try:
             self._pool.open(wait=True, timeout=self._connect_timeout + 5.0)
@@ -343,55 +343,39 @@ class PostgresStore(Store):
 
     @classmethod
     def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
-             **options: Any) -> PostgresStore:
-        from remit_core.store import parse_lease
-
+             read_only: bool = False, **options: Any) -> PostgresStore:
         masked = mask(url)
+        secrets = url_secrets(url)
 
         def bad(msg: str) -> StoreConfigError:
-            return StoreConfigError(f"{msg} (in {masked!r})", url=masked)
+            return StoreConfigError(f"{msg} (in {masked!r}){password_hint(url)}", url=masked)
 
         try:
             parts = urlsplit(url)
             password = parts.password
             _ = parts.port  # raises ValueError on a non-numeric port
         except ValueError as exc:
-            raise bad(f"malformed PostgreSQL URL: {scrub(str(exc), [])}") from None
+            raise bad(f"malformed PostgreSQL URL: {scrub(str(exc), secrets)}") from None
         scheme = parts.scheme.lower().split("+", 1)[0]
         if scheme not in ("postgresql", "postgres"):
             raise bad(f"not a PostgreSQL URL (scheme {parts.scheme!r}); use postgresql://")
-        opts, rest = split_options(parts.query, cls.OPTIONS)
-        for key in sorted(cls.OPTIONS - {"lease"}):
-            given_value = options.pop(key, None)
-            if given_value is not None and key not in opts:
-                opts[key] = str(given_value)
-        schema = opts.get("schema", "public")
-        if not SCHEMA_NAME.fullmatch(schema) or schema.lower().startswith("pg_"):
-            raise bad(
-                f"option schema={schema!r} is not a usable schema name: use 1-63 letters, "
-                "digits and underscores, starting with a letter or underscore and not with "
-                "'pg_' (for example schema=remit)")
 
-        def number(key: str, default: float, kind: type[int] | type[float]) -> Any:
-            raw = opts.get(key)
-            if raw is None:
-                return kind(default)
-            try:
-                return kind(raw)
-            except ValueError:
-                raise bad(f"option {key}={raw!r} must be a {kind.__name__}") from None
+        def pool_sizes(values: dict[str, Any]) -> None:
+            if values["pool_min"] > values["pool_max"]:
+                raise bad(f"options pool_min={values['pool_min']} and "
+                          f"pool_max={values['pool_max']}: pool_min must be at most pool_max")
 
-        pool_min = number("pool_min", 1, int)
-        pool_max = number("pool_max", max(10, pool_min), int)
-        pool_timeout = number("pool_timeout", 10.0, float)
-        if pool_min < 0 or pool_max < 1 or pool_max < pool_min:
-            raise bad(f"pool_min={pool_min} and pool_max={pool_max} must satisfy "
-                      "0 <= pool_min <= pool_max and pool_max >= 1")
-        if pool_timeout <= 0:
-            raise bad(f"option pool_timeout={pool_timeout} must be a positive number of seconds")
-
-        base = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
-        params = {str(k): v for k, v in options.items() if v is not None}
+        given_max = (any(k == "pool_max" for k, _ in parse_qsl(parts.query))
+                     or options.get("pool_max") is not None)
+        parsed = parse_options("postgres", parts.query, {"lease": lease, **options},
+                               scheme="postgresql", where=repr(masked), url=masked)
+        opts = parsed.values
+        if not given_max:
+            opts["pool_max"] = max(opts["pool_max"], opts["pool_min"])
+        pool_sizes(opts)
+        base = urlunsplit(("postgresql", parts.netloc, parts.path,
+                           urlencode(parsed.driver_query), ""))
+        params = {str(k): v for k, v in parsed.driver_kwargs.items() if v is not None}
         try:
             given = conninfo_to_dict(base, **params)
             if "connect_timeout" not in given:
@@ -400,18 +384,16 @@ class PostgresStore(Store):
                 params["application_name"] = "remit"
             conninfo = make_conninfo(base, **params)
         except psycopg.Error as exc:
-            raise bad(f"invalid PostgreSQL URL: {scrub(str(exc), [password])}; remit's own "
-                      f"options are {', '.join(sorted(cls.OPTIONS))}, every other parameter "
-                      "goes to libpq") from None
+            raise bad(f"invalid PostgreSQL URL: {scrub(str(exc), [password, *secrets])}; "
+                      f"remit's own options are {', '.join(known_options('postgres'))}, every "
+                      "other parameter goes to libpq") from None
         timeout = str(conninfo_to_dict(conninfo)["connect_timeout"])
-        try:
-            float(timeout)
-        except ValueError:
-            raise bad(f"option connect_timeout={timeout!r} must be a number of seconds") from None
-        return cls(url, conninfo, schema, serde=serde,
-                   lease=parse_lease(opts.get("lease"), url, lease), pool_min=pool_min,
-                   pool_max=pool_max, pool_timeout=pool_timeout,
-                   secrets=[password, str(given.get("password") or "")])
+        option("postgres", "connect_timeout").parse(  # type: ignore[union-attr]
+            timeout, repr(masked), url=masked)
+        return cls(url, conninfo, opts["schema"], serde=serde, lease=opts["lease"],
+                   pool_min=opts["pool_min"], pool_max=opts["pool_max"],
+                   pool_timeout=opts["pool_timeout"], read_only=read_only,
+                   secrets=[password, str(given.get("password") or ""), *secrets])
 
     def _unavailable(self, exc: BaseException, doing: str, when: str = "") -> StoreUnavailable:
         return StoreUnavailable(
@@ -433,6 +415,7 @@ class PostgresStore(Store):
             self._conninfo, connection_class=psycopg.Connection, kwargs={"autocommit": True},
             min_size=self._pool_min, max_size=self._pool_max, open=False,
             timeout=self._pool_timeout, name=f"remit-{self.schema}",
+            configure=_read_only_session if self.read_only else None,
         )
 
     # ----------------------------------------------------------------------------- connections
@@ -549,6 +532,11 @@ class PostgresStore(Store):
             try:
                 self._migrate_on(conn)
             except psycopg.errors.InsufficientPrivilege as exc:
+                if self.read_only:
+                    raise StoreConfigError(
+                        f"{self.url!r}: the user may not read remit's tables in schema "
+                        f"{self.schema!r} ({scrub(str(exc), self._secrets)}). Grant it USAGE "
+                        "on the schema and SELECT on its tables.", url=self.url) from exc
                 raise StoreConfigError(
                     f"{self.url!r}: the user may not create remit's tables in schema "
                     f"{self.schema!r} ({scrub(str(exc), self._secrets)}). Grant it CREATE on "
@@ -557,7 +545,43 @@ class PostgresStore(Store):
             except psycopg.Error as exc:
                 raise self._unavailable(exc, f"preparing schema {self.schema!r} of") from exc
 
+    def _probe_on(self, conn: Conn) -> None:
+        """A read-only open: find remit's tables, creating and changing nothing."""
+        with conn.transaction():
+            conn.execute("SET TRANSACTION READ ONLY")
+            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                            (self.schema,)).fetchone() is None:
+                raise StoreNotFound(
+                    f"no remit store at {self.url!r}: schema {self.schema!r} does not exist. "
+                    "Check ?schema=NAME; remit creates a store only when an application "
+                    "opens it for writing.", url=self.url)
+            found = conn.execute(
+                "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relname = 'remit_meta'", (self.schema,)).fetchone()
+            if found is None:
+                raise StoreNotFound(
+                    f"no remit store at {self.url!r}: schema {self.schema!r} has no remit "
+                    "tables. Check ?schema=NAME.", url=self.url)
+            try:
+                meta = {str(k): str(v) for k, v in conn.execute(
+                    f"SELECT key::text, value::text FROM {self._meta}")}
+            except (psycopg.errors.UndefinedColumn, psycopg.errors.WrongObjectType):
+                meta = {}
+        version = meta.get("version", "")
+        if meta.get("schema") != "remit" or not version.isdigit():
+            raise ForeignSchemaError(
+                f"{self.url!r} has a remit_meta table in schema {self.schema!r} that remit "
+                "did not write; it is not a remit store.", url=self.url, name="remit_meta")
+        if int(version) > len(MIGRATIONS):
+            raise StoreVersionError(
+                f"{self.url!r} (schema {self.schema!r}) was written by a newer remit (schema "
+                f"version {version}; this remit knows {len(MIGRATIONS)}). Upgrade remit-core "
+                "to read it.", url=self.url, found=int(version), supported=len(MIGRATIONS))
+
     def _migrate_on(self, conn: Conn) -> None:
+        if self.read_only:
+            self._probe_on(conn)
+            return
         with conn.transaction():
             # Concurrent openers of one schema run this one at a time; the statements after
             # the lock see everything the previous holder committed (READ COMMITTED). An

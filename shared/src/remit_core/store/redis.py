@@ -82,7 +82,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import redis
@@ -101,6 +101,7 @@ from remit_core.errors import (
     DurabilityError,
     ForeignSchemaError,
     StoreConfigError,
+    StoreNotFound,
     StoreUnavailable,
     StoreVersionError,
 )
@@ -117,7 +118,8 @@ from remit_core.records import (
 from remit_core.retry import retrying
 from remit_core.serde import Serde
 from remit_core.store.base import Store
-from remit_core.urls import mask_url, split_options
+from remit_core.store.options import parse_options
+from remit_core.urls import mask_url, password_hint, scrub, url_secrets
 
 log = logging.getLogger("remit")
 
@@ -317,6 +319,24 @@ if v < tonumber(ARGV[2]) then
   redis.call('HSET', KEYS[1], 'schema', 'remit', 'version', ARGV[2])
 end
 return {'ok', ARGV[2]}
+"""
+
+# A read-only open: the checks of _OPEN, writing nothing. KEYS and ARGV as for _OPEN.
+_PROBE = """
+local want = {'hash', 'string', 'zset', 'zset', 'set'}
+for i = 1, 5 do
+  local t = redis.call('TYPE', KEYS[i])['ok']
+  if t ~= 'none' and t ~= want[i] then
+    return {'foreign', KEYS[i], 'is a ' .. t .. ', where remit keeps a ' .. want[i]}
+  end
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'none', KEYS[1]} end
+local m = redis.call('HMGET', KEYS[1], 'schema', 'version')
+if m[1] ~= 'remit' or not tonumber(m[2]) then
+  return {'foreign', KEYS[1], 'does not say schema=remit and a version'}
+end
+if tonumber(m[2]) > tonumber(ARGV[2]) then return {'newer', int(tonumber(m[2]))} end
+return {'ok', m[2]}
 """
 
 # KEYS: 1 seq, 2 ck, 3 nck, 4 rck, 5 cks, 6 runs, 7 run, 8 known, 9 nss, 10 blobs
@@ -936,24 +956,27 @@ class _Keys:
 class RedisStore(Store):
     """A store in plain Redis (>= 7), every contract operation one Lua script."""
 
-    OPTIONS: ClassVar[frozenset[str]] = frozenset({"prefix", "durability", "lease"})
-
     def __init__(self, url: str, driver_url: str, *, prefix: str = DEFAULT_PREFIX,
                  durability: bool = True, serde: Serde | None = None, lease: float,
-                 options: Mapping[str, Any] | None = None) -> None:
-        super().__init__(mask_url(url), serde=serde, lease=lease)
+                 options: Mapping[str, Any] | None = None, read_only: bool = False,
+                 secrets: Sequence[str] = ()) -> None:
+        super().__init__(mask_url(url), serde=serde, lease=lease, read_only=read_only)
         self.prefix = prefix
         self._k = _Keys(prefix)
+        self._secrets = list(secrets)
         kwargs: dict[str, Any] = {"socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT}
         kwargs.update(options or {})
         kwargs["decode_responses"] = False  # values are bytes; the serde decodes them
         try:
             self._pool = redis.ConnectionPool.from_url(driver_url, **kwargs)
         except (ValueError, TypeError) as exc:
-            raise StoreConfigError(f"cannot use {self.url!r}: {exc}", url=self.url) from exc
+            raise StoreConfigError(
+                f"cannot use {self.url!r}: {scrub(str(exc), self._secrets)}.{password_hint(url)}",
+                url=self.url) from None
         self._redis = redis.Redis(connection_pool=self._pool)
         r = self._redis.register_script
         self._s_open = r(_script_source(_OPEN, writes=True))
+        self._s_probe = r(_script_source(_PROBE, writes=False))
         self._s_write_ck = r(_script_source(_WRITE_CHECKPOINT, writes=True))
         self._s_read_ck = r(_script_source(_READ_CHECKPOINT, writes=False))
         self._s_list_ck = r(_script_source(_LIST_CHECKPOINTS, writes=False))
@@ -982,32 +1005,24 @@ class RedisStore(Store):
 
     @classmethod
     def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
-             **options: Any) -> RedisStore:
-        from remit_core.store import parse_lease
-
+             read_only: bool = False, **options: Any) -> RedisStore:
+        masked = mask_url(url)
+        secrets = url_secrets(url)
         try:
             parts = urlsplit(url)
+            _ = parts.port  # raises ValueError on a port that is not a number
         except ValueError as exc:
-            raise StoreConfigError(f"malformed URL {mask_url(url)!r}: {exc}",
-                                   url=mask_url(url)) from exc
-        opts, rest = split_options(parts.query, cls.OPTIONS)
-        prefix = opts.get("prefix", DEFAULT_PREFIX)
-        if not prefix:
             raise StoreConfigError(
-                f"option prefix= in {mask_url(url)!r} is empty; give a name such as prefix=remit",
-                url=mask_url(url),
-            )
-        durability = opts.get("durability", "required").lower()
-        if durability not in ("none", "required"):
-            raise StoreConfigError(
-                f"option durability={durability!r} in {mask_url(url)!r} must be 'none' (accept "
-                "a Redis that keeps nothing on disk) or 'required' (the default)",
-                url=mask_url(url),
-            )
-        driver_url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest),
-                                 parts.fragment))
-        return cls(url, driver_url, prefix=prefix, durability=durability == "required",
-                   serde=serde, lease=parse_lease(opts.get("lease"), url, lease), options=options)
+                f"malformed URL {masked!r}: {scrub(str(exc), secrets)}.{password_hint(url)}",
+                url=masked) from None
+        parsed = parse_options("redis", parts.query, {"lease": lease, **options},
+                               scheme=parts.scheme.lower(), where=repr(masked), url=masked)
+        opts = parsed.values
+        driver_url = urlunsplit((parts.scheme, parts.netloc, parts.path,
+                                 urlencode(parsed.driver_query), parts.fragment))
+        return cls(url, driver_url, prefix=opts["prefix"],
+                   durability=opts["durability"] == "required", serde=serde, lease=opts["lease"],
+                   options=parsed.driver_kwargs, read_only=read_only, secrets=secrets)
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -1028,8 +1043,8 @@ class RedisStore(Store):
             if not self._is_transient(exc):
                 raise
             raise StoreUnavailable(
-                f"{self.url!r} is unreachable after retries ({type(exc).__name__}: {exc}); "
-                "check that the Redis server is running",
+                f"{self.url!r} is unreachable after retries ({type(exc).__name__}: "
+                f"{self._text(exc)}); check that the Redis server is running",
                 url=self.url,
             ) from exc
 
@@ -1041,22 +1056,29 @@ class RedisStore(Store):
 
         try:
             retrying(loading, self.url)(self._redis.ping)
-            if durability:
+            if durability and not self.read_only:
                 self._check_durability()
             result = retrying(loading, self.url)(
-                self._s_open, keys=[self._k.meta, self._k.seq, self._k.runs, self._k.cks,
-                                    self._k.known],
+                self._s_probe if self.read_only else self._s_open,
+                keys=[self._k.meta, self._k.seq, self._k.runs, self._k.cks, self._k.known],
                 args=[self.prefix, len(MIGRATIONS)])
         except AuthenticationError as exc:
-            raise StoreUnavailable(f"{self.url!r} refused the credentials: {exc}",
-                                   url=self.url) from exc
+            raise StoreUnavailable(
+                f"{self.url!r} refused the credentials: {self._text(exc)}", url=self.url
+            ) from exc
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(
-                f"cannot reach the Redis server of {self.url!r} ({type(exc).__name__}: {exc}); "
-                "check that it is running and the host and port are right",
+                f"cannot reach the Redis server of {self.url!r} ({type(exc).__name__}: "
+                f"{self._text(exc)}); check that it is running and the host and port are right",
                 url=self.url,
             ) from exc
         status = _str(result[0])
+        if status == "none":
+            raise StoreNotFound(
+                f"no remit store at {self.url!r}: there is no key {_str(result[1])!r} (no "
+                f"store with prefix {self.prefix!r}). Check ?prefix=NAME and the database "
+                "number; remit creates a store only when an application opens it for writing.",
+                url=self.url)
         if status == "foreign":
             name = _str(result[1])
             raise ForeignSchemaError(
@@ -1072,6 +1094,10 @@ class RedisStore(Store):
                 "open it.",
                 url=self.url, found=found, supported=len(MIGRATIONS),
             )
+
+    def _text(self, exc: BaseException) -> str:
+        """A driver error's message, with every secret of the URL masked."""
+        return scrub(str(exc), self._secrets)
 
     def _config(self, name: str) -> str:
         got = cast(Mapping[Any, Any], self._redis.config_get(name))

@@ -17,12 +17,13 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from remit_core.errors import (
     ForeignSchemaError,
     StoreConfigError,
+    StoreNotFound,
     StoreUnavailable,
     StoreVersionError,
 )
@@ -39,7 +40,8 @@ from remit_core.records import (
 from remit_core.serde import Serde
 from remit_core.store import chunks as _chunks
 from remit_core.store.base import Store
-from remit_core.urls import mask_url, split_options
+from remit_core.store.options import parse_options
+from remit_core.urls import mask_url
 
 TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
           "remit_receipts", "remit_claims", "remit_chunks")
@@ -170,14 +172,14 @@ def _cl(r: Sequence[Any]) -> ClaimRow:
 class SqliteStore(Store):
     """A store in one SQLite file (or in memory)."""
 
-    OPTIONS: ClassVar[frozenset[str]] = frozenset({"lease", "synchronous", "timeout"})
-
     def __init__(self, url: str, path: str | None, *, serde: Serde | None, lease: float,
-                 synchronous: str = "FULL", timeout: float = 30.0) -> None:
-        super().__init__(mask_url(url), serde=serde, lease=lease)
+                 synchronous: str = "FULL", timeout: float = 30.0, mode: int = 0o600,
+                 read_only: bool = False) -> None:
+        super().__init__(mask_url(url), serde=serde, lease=lease, read_only=read_only)
         self.path = path
         self._synchronous = synchronous
         self._timeout = timeout
+        self._mode = mode
         self._local = threading.local()
         self._memory_lock = threading.RLock() if path is None else None
         self._memory_conn: sqlite3.Connection | None = None
@@ -187,27 +189,26 @@ class SqliteStore(Store):
         self._wlock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self._wpid = os.getpid()
-        self._migrate()
+        if read_only:
+            self._probe()
+        else:
+            self._create_file()
+            self._migrate()
 
     @classmethod
     def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
-             **options: Any) -> SqliteStore:
-        from remit_core.store import parse_lease
-
+             read_only: bool = False, **options: Any) -> SqliteStore:
+        masked = mask_url(url)
         parts = urlsplit(url)
-        opts, rest = split_options(parts.query, cls.OPTIONS)
-        if rest:
-            raise StoreConfigError(
-                f"unknown option(s) {', '.join(k for k, _ in rest)} in {mask_url(url)!r}; "
-                f"sqlite URLs accept {', '.join(sorted(cls.OPTIONS))}",
-                url=mask_url(url),
-            )
+        opts = parse_options("sqlite", parts.query, {"lease": lease, **options},
+                             scheme="sqlite", where=repr(masked), url=masked,
+                             keyword_passthrough=False).values
         if parts.netloc not in ("", "localhost"):
             raise StoreConfigError(
-                f"{mask_url(url)!r} names host {parts.netloc!r}; a SQLite URL has three slashes "
+                f"{masked!r} names host {parts.netloc!r}; a SQLite URL has three slashes "
                 "before a relative path (sqlite:///app.db) and four before an absolute one "
                 "(sqlite:////var/lib/app.db)",
-                url=mask_url(url),
+                url=masked,
             )
         raw = unquote(parts.path)
         path = raw[1:] if raw.startswith("/") else raw
@@ -216,36 +217,107 @@ class SqliteStore(Store):
         else:
             p = Path(path)
             if not p.parent.exists():
+                if read_only:
+                    raise StoreNotFound(
+                        f"no remit store at {masked!r}: its directory {str(p.parent)!r} does "
+                        "not exist. Check the path.", url=masked)
                 raise StoreConfigError(
-                    f"the directory of {mask_url(url)!r} ({p.parent}) does not exist; "
+                    f"the directory of {masked!r} ({p.parent}) does not exist; "
                     "create it first",
-                    url=mask_url(url),
+                    url=masked,
                 )
             path_or_none = str(p)
-        sync = opts.get("synchronous", "FULL").upper()
-        if sync not in ("FULL", "NORMAL", "EXTRA"):
-            raise StoreConfigError(
-                f"option synchronous={sync!r} in {mask_url(url)!r} must be FULL, NORMAL or EXTRA",
-                url=mask_url(url),
-            )
-        return cls(url, path_or_none, serde=serde,
-                   lease=parse_lease(opts.get("lease"), url, lease), synchronous=sync,
-                   timeout=float(opts.get("timeout", options.get("timeout", 30.0))))
+        return cls(url, path_or_none, serde=serde, lease=opts["lease"],
+                   synchronous=opts["synchronous"], timeout=opts["timeout"], mode=opts["mode"],
+                   read_only=read_only)
 
     # ----------------------------------------------------------------------------- connections
 
+    def _permissions(self) -> str:
+        """Why this process may not use the file, in a sentence, or "" when it may."""
+        if self.path is None:
+            return ""
+        path = Path(self.path)
+        parent = path.parent
+        who = f"user {os.geteuid()}" if hasattr(os, "geteuid") else "this user"
+        if path.exists() and not os.access(path, os.R_OK):
+            return (f"Permission denied: {who} may not read {str(path)!r}; fix the file's "
+                    "permissions or run as its owner.")
+        if self.read_only:
+            return ""
+        if path.exists() and not os.access(path, os.W_OK):
+            return (f"Permission denied: {str(path)!r} is read-only for {who}; remit writes "
+                    "to its store (use `remit inspect` to only read it), so make the file "
+                    "writable or run as its owner.")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return (f"Permission denied: {who} may not write directory {str(parent)!r}; "
+                    "SQLite keeps the -wal and -shm files next to the database, so remit needs "
+                    "write access to the directory. Fix its permissions or choose another "
+                    "path.")
+        return ""
+
+    def _unusable(self, exc: BaseException, doing: str) -> StoreUnavailable:
+        """The error for a file SQLite cannot open or write: a permission problem says
+        so; only a file that is not a database is asked whether it is one."""
+        why = self._permissions()
+        msg = str(exc).lower()
+        if not why and (isinstance(exc, PermissionError) or (
+                isinstance(exc, sqlite3.OperationalError)
+                and any(w in msg for w in ("readonly", "unable to open", "permission")))):
+            why = ("Check the permissions of the file and of its directory (remit writes "
+                   "both: SQLite keeps the -wal and -shm files next to the database) and that "
+                   "the file system is not mounted read-only.")
+        if why:
+            return StoreUnavailable(f"cannot {doing} {self.url!r}: {exc}. {why}", url=self.url)
+        hint = (" Is it a SQLite database file?"
+                if isinstance(exc, sqlite3.DatabaseError)
+                and not isinstance(exc, sqlite3.OperationalError) else "")
+        return StoreUnavailable(f"cannot {doing} {self.url!r}: {exc}.{hint}", url=self.url)
+
+    def _create_file(self) -> None:
+        """Create the database file, owner-only unless the URL says otherwise (``mode``);
+        SQLite gives its -wal and -shm files the database's permissions. An existing file
+        keeps its own."""
+        if self.path is None:
+            return
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         self._mode)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            raise self._unusable(exc, "create") from exc
+        try:
+            os.fchmod(fd, self._mode)  # exactly the mode asked for, whatever the umask
+        finally:
+            os.close(fd)
+
     def _connect(self, *, shared: bool = False) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self.path or ":memory:", timeout=self._timeout,
-                                   isolation_level=None,
-                                   check_same_thread=self.path is not None and not shared)
-            if self.path is not None:
-                conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            if self.path is not None and self.read_only:
+                # mode=rw: never create the file; query_only: never write. Not mode=ro:
+                # a read-only connection leaves -wal and -shm files behind.
+                uri = f"{Path(self.path).absolute().as_uri()}?mode=rw"
+                conn = sqlite3.connect(uri, uri=True, timeout=self._timeout,
+                                       isolation_level=None, check_same_thread=not shared)
+                try:
+                    conn.execute("PRAGMA schema_version")
+                except sqlite3.OperationalError:  # e.g. no write access to the directory
+                    conn.close()
+                    conn = sqlite3.connect(uri.replace("mode=rw", "mode=ro"), uri=True,
+                                           timeout=self._timeout, isolation_level=None,
+                                           check_same_thread=not shared)
+                conn.execute("PRAGMA query_only=ON")
+            else:
+                conn = sqlite3.connect(self.path or ":memory:", timeout=self._timeout,
+                                       isolation_level=None,
+                                       check_same_thread=self.path is not None and not shared)
+                if self.path is not None:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
         except sqlite3.Error as exc:
-            hint = " Is it a SQLite database file?" if isinstance(exc, sqlite3.DatabaseError) else ""
-            raise StoreUnavailable(f"cannot open {self.url!r}: {exc}.{hint}", url=self.url) from exc
+            raise self._unusable(exc, "open") from exc
         with self._all_lock:
             self._all.append(conn)
         return conn
@@ -367,10 +439,50 @@ class SqliteStore(Store):
         try:
             self._call(run)
         except sqlite3.DatabaseError as exc:
-            raise StoreUnavailable(
-                f"cannot use {self.url!r} as a SQLite store: {exc}. Is it a SQLite database?",
-                url=self.url,
-            ) from exc
+            raise self._unusable(exc, "use") from exc
+
+    def _probe(self) -> None:
+        """A read-only open: find remit's store, creating and changing nothing."""
+        if self.path is None:
+            raise StoreNotFound(f"no remit store at {self.url!r}: an in-memory database "
+                                "starts empty.", url=self.url)
+        if not os.path.exists(self.path):
+            raise StoreNotFound(
+                f"no remit store at {self.url!r}: the file does not exist. Check the path; "
+                "remit creates a store only when an application opens it for writing.",
+                url=self.url)
+
+        def read() -> tuple[set[str], dict[str, str]]:
+            with self._tx(write=False) as conn:
+                names = {r[0] for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                return names, self._read_meta(conn) if "remit_meta" in names else {}
+
+        try:
+            names, meta = self._call(read)
+        except (StoreUnavailable, sqlite3.DatabaseError) as exc:
+            if "not a database" in str(exc):
+                raise StoreNotFound(f"no remit store at {self.url!r}: the file is not a SQLite "
+                                    "database.", url=self.url) from None
+            if isinstance(exc, StoreUnavailable):
+                raise
+            raise self._unusable(exc, "read") from exc
+        if "remit_meta" not in names:
+            held = ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
+            raise StoreNotFound(
+                f"no remit store at {self.url!r}: the database has no remit tables "
+                f"({'its tables: ' + held if names else 'it has no tables'}). Check the path.",
+                url=self.url)
+        version = meta.get("version", "")
+        if meta.get("schema") != "remit" or not version.isdigit():
+            raise ForeignSchemaError(
+                f"{self.url!r} has a remit_meta table that remit did not write; "
+                "it is not a remit store.", url=self.url, name="remit_meta")
+        if int(version) > len(MIGRATIONS):
+            raise StoreVersionError(
+                f"{self.url!r} was written by a newer remit (schema version {version}; "
+                f"this remit knows {len(MIGRATIONS)}). Upgrade remit-core to read it.",
+                url=self.url, found=int(version), supported=len(MIGRATIONS))
 
     @staticmethod
     def _read_meta(conn: sqlite3.Connection) -> dict[str, str]:
