@@ -17,7 +17,7 @@ from typing import Any
 
 from remit_core.errors import RemitError
 from remit_core.store import open_store
-from remit_core.urls import scrub_lines, url_secrets
+from remit_core.urls import mask_url, scrub_lines, url_secrets
 
 
 def _ts(t: float | None) -> str:
@@ -34,6 +34,29 @@ def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     lines = [head, "  ".join("-" * widths[c] for c in columns)]
     lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
     return "\n".join("  " + line for line in lines)
+
+
+def _versions() -> str:
+    """``remit X (remit-core X, remit-langgraph X, ...)``: the installed remit packages."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for dist in ("remit-core", "remit-langgraph", "remit-crewai", "remit-pydantic-graph"):
+        try:
+            found.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            continue
+    core = found[0].split()[1] if found and found[0].startswith("remit-core ") else "?"
+    return f"remit {core} ({', '.join(found)}; Python {sys.version.split()[0]})"
+
+
+class _Version(argparse.Action):
+    """``--version``, printed as one line (argparse's own action re-wraps it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(_versions())
+        parser.exit()
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -108,6 +131,14 @@ def _check(args: argparse.Namespace) -> int:
     from remit_core.check import run_check
     from remit_core.check.report import text, write_html, write_json
 
+    if args.store is not None:
+        # an unusable store is a configuration error, found before any cell runs
+        try:
+            open_store(args.store).close()
+        except RemitError as exc:
+            print(f"remit check: cannot use --store {mask_url(args.store)!r}: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
     report = run_check(args.framework or None, store_url=args.store, k=args.k, reps=args.reps,
                        progress=not args.quiet, only=args.fault or None)
     print(text(report))
@@ -122,6 +153,8 @@ def _check(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="remit", description="Resume means resume.")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the versions of the installed remit packages and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     ins = sub.add_parser("inspect", help="list runs, checkpoints, receipts and claims")
     ins.add_argument("url", help="store URL, e.g. sqlite:///app.db")

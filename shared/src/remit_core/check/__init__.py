@@ -205,7 +205,11 @@ def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None 
 
     Each framework runs in a process of its own (spawned, so that it imports only that
     framework and its adapter's check module, and its scenarios' fork server preloads
-    just that); cells come back over a queue as they finish.
+    just that); cells come back over a queue as they finish. Every framework's process
+    first sends its plan (the number of cells it will run) and then waits for its turn,
+    so the progress bar's total is known before the first cell runs. What the
+    frameworks and the scenarios' children print goes to a file in the work directory
+    (kept with ``REMIT_CHECK_KEEP=1``), never between the report's rows.
     """
     started = time.monotonic()
     report = Report(options={"frameworks": list(frameworks or FRAMEWORKS), "k": k,
@@ -219,6 +223,7 @@ def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None 
     own_dir = workdir is None
     root = Path(tempfile.mkdtemp(prefix="remit-check-")) if workdir is None else workdir
     ctx = mp.get_context("spawn")
+    running: list[tuple[str, Any, Any, Any]] = []
     try:
         for name in names:
             reason = available(name)
@@ -226,17 +231,25 @@ def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None 
                 report.skipped[name] = reason
                 continue
             queue: Any = ctx.Queue()
+            go: Any = ctx.Event()
             proc = ctx.Process(target=_run_framework, name=f"remit-check-{name}",
                                args=(name, list(layers), store_url, k, reps,
-                                     list(only) if only else None, str(root), queue))
+                                     list(only) if only else None, str(root), queue, go))
             proc.start()
-            try:
-                _collect(name, proc, queue, report, bar)
-            finally:
-                proc.join(timeout=60)
-                if proc.is_alive():
-                    proc.kill()
+            running.append((name, proc, queue, go))
+        # every plan first, so that the bar's total never grows while it runs
+        planned = [(name, proc, queue, go) for name, proc, queue, go in running
+                   if _collect(name, queue, report, bar, until="plan")]
+        for name, _proc, queue, go in planned:
+            go.set()
+            _collect(name, queue, report, bar, until="done")
     finally:
+        for _name, proc, _queue, go in running:
+            go.set()
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=10)
         if own_dir and not os.environ.get("REMIT_CHECK_KEEP"):
             shutil.rmtree(root, ignore_errors=True)
     report.seconds = time.monotonic() - started
@@ -247,17 +260,22 @@ def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None 
 SCENARIO_TIMEOUT = 900.0
 
 
-def _collect(name: str, proc: Any, queue: Any, report: Report, bar: Progress) -> None:
+def _collect(name: str, queue: Any, report: Report, bar: Progress,
+             until: Literal["plan", "done"]) -> bool:
+    """Take one framework's messages until its plan (``until="plan"``) or its end. Returns
+    whether it has more to send (False once it is done or went silent)."""
     while True:
         try:
             msg = queue.get(timeout=SCENARIO_TIMEOUT)
         except Exception:
             report.cells.append(CellResult(name, "-", "-", "-", "error", {},
                                            f"no answer for {SCENARIO_TIMEOUT:.0f}s"))
-            return
+            return False
         kind = msg[0]
         if kind == "plan":
             bar.total += msg[1]
+            if until == "plan":
+                return True
         elif kind == "skip":
             report.skipped[msg[1]] = msg[2]
         elif kind == "cells":
@@ -268,14 +286,24 @@ def _collect(name: str, proc: Any, queue: Any, report: Report, bar: Progress) ->
                                            f"the {name} checks could not start: {msg[1]}",
                                            detail=msg[2]))
         elif kind == "done":
-            return
+            return False
+
+
+def _quiet(path: Path) -> None:
+    """Send this process's stdout and stderr (and its children's) to ``path``: frameworks
+    print panels, warnings and listener tracebacks; the report and the bar are the
+    parent's."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def _run_framework(name: str, layers: list[str], store_url: str | None, k: int, reps: int,
-                   only: list[str] | None, root: str, queue: Any) -> None:
-    """The body of one framework's process: run its scenarios, send the cells back."""
-    null = os.open(os.devnull, os.O_WRONLY)  # frameworks print; the report is the parent's
-    os.dup2(null, 1)
+                   only: list[str] | None, root: str, queue: Any, go: Any) -> None:
+    """The body of one framework's process: send the plan, wait for the turn (``go``),
+    run the scenarios and send the cells back."""
+    _quiet(Path(root) / f"{name}-output.log")
     try:
         module = importlib.import_module(FRAMEWORKS[name][1])
         # optional in a check module: ``layer_unavailable(layer) -> str | None``
@@ -290,6 +318,7 @@ def _run_framework(name: str, layers: list[str], store_url: str | None, k: int, 
         plan = [(scenario, layer) for scenario in module.scenarios()
                 if not only or scenario.fault in only for layer in runnable]
         queue.put(("plan", len(plan)))
+        go.wait()
         if store_url is not None:  # child processes open the same store
             os.environ[STORE_ENV] = store_url
         for scenario, layer in plan:
