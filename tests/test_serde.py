@@ -78,25 +78,35 @@ def test_decoding_never_imports_a_module() -> None:
     sys.modules[mod.__name__] = mod
     try:
         data = encode(Thing(3))
-        assert decode(data) == Thing(3)
+        assert decode(data) == Thing(3)  # the writing process reads back what it wrote
     finally:
         del sys.modules[mod.__name__]
+    reader = Serde(allowed_modules=[mod.__name__])  # a reader that never saw the class
     with pytest.raises(CorruptRecord, match="not imported"):
-        decode(data)
+        reader.decode(data)
+    with pytest.raises(CorruptRecord, match="not registered or allowed"):
+        Serde().decode(data)
     assert mod.__name__ not in sys.modules
 
 
-def test_allowed_modules_may_be_imported() -> None:
+def test_allowed_modules_are_never_imported() -> None:
     s = Serde(allowed_modules=["fractions"])
-    sys.modules.pop("fractions", None)
     import enum
 
     Color = enum.Enum("Color", {"RED": 1}, module="fractions")
     import fractions
 
     fractions.Color = Color  # type: ignore[attr-defined]
-    data = s.encode(Color.RED)
-    assert s.decode(data) is Color.RED
+    data = Serde().encode(Color.RED)
+    assert s.decode(data) is Color.RED  # found in the imported module's namespace
+    saved = sys.modules.pop("fractions")
+    try:
+        with pytest.raises(CorruptRecord, match="not imported"):
+            s.decode(data)
+        assert "fractions" not in sys.modules
+    finally:
+        sys.modules["fractions"] = saved
+        del fractions.Color  # type: ignore[attr-defined]
 
 
 def test_registered_types() -> None:

@@ -167,6 +167,20 @@ class CorruptRecord(RemitError):
         super().__init__(message)
 
 
+class UnregisteredType(CorruptRecord):
+    """Stored bytes name a type this process has not registered or allowed; nothing was used.
+
+    Decoding builds only types named before the read (``Serde.register``,
+    ``Serde.allow``, ``Serde.allow_annotations``, or a class the process itself
+    encoded), by exact name, and never imports a module. ``type_name`` is
+    ``"module:QualName"`` as stored.
+    """
+
+    def __init__(self, message: str, *, record: str, type_name: str) -> None:
+        self.type_name = type_name
+        super().__init__(message, record=record)
+
+
 class SerializationError(RemitError, TypeError):
     """A value cannot be stored (an unsupported type); raised at write time, nothing was written."""
 
@@ -199,4 +213,5 @@ __all__ = [
     "StoreNotFound",
     "StoreUnavailable",
     "StoreVersionError",
+    "UnregisteredType",
 ]

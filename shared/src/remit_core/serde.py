@@ -10,35 +10,82 @@ smaller (``benchmarks/serde_formats.py`` prints the comparison).
 
 Guarantees:
 
-* Never pickle. Decoding never imports a module: a class named in stored bytes
-  is looked up only among modules that are already imported (or in
-  ``allowed_modules``), and must be a pydantic model, a dataclass, an enum or a
-  NamedTuple, or a type registered with :meth:`Serde.register`.
-* An unsupported type fails at *write* time with :class:`SerializationError`
-  naming the path to the offending value.
-* Bytes that fail to decode raise :class:`CorruptRecord` naming the record.
+* Never pickle. An unsupported type fails at *write* time with
+  :class:`SerializationError` naming the path to the offending value.
+* One nesting limit, :data:`MAX_DEPTH` (100) levels: every list, dict, tuple, set,
+  frozenset, NamedTuple, pydantic model, dataclass, enum member and registered value
+  is one level (the data a registered type or an enum stores counts from the next
+  level, like any value). A deeper value is refused when it is written (and by
+  :meth:`Serde.digest`), with :class:`SerializationError` naming the path, so that
+  everything remit stores can be read back.
+* Decoding runs one msgpack unpack per ext record, each called from a loop of
+  ours, never from inside another unpack: it does not recurse on the C stack
+  per nesting level. Bytes nested deeper than the limit, malformed, or naming
+  an unknown tag are :class:`CorruptRecord` -- never a crash.
+* Decoding resolves only types named *before* the read, by exact name
+  ``"module:QualName"``, and never imports a module or reads an attribute that
+  could run code (no ``getattr`` walk, no module ``__getattr__``):
+
+  - types taught with :meth:`Serde.register` (their own ``from_data``);
+  - classes allowed with :meth:`Serde.allow` or found by
+    :meth:`Serde.allow_annotations` in typing annotations (a state schema);
+  - every class this process itself encoded: a process can always read back
+    what it wrote, classes defined inside functions (``<locals>``) included;
+  - with ``Serde(allowed_modules=[...])``, classes of those modules if the
+    module is already imported (looked up in its ``__dict__``).
+
+  Only pydantic models, dataclasses, enums and NamedTuples (made by
+  ``typing.NamedTuple`` or ``collections.namedtuple``) can be allowed; the
+  record's tag must match the class's kind. Anything else is
+  :class:`~remit_core.errors.UnregisteredType` (a :class:`CorruptRecord`) whose
+  message names the type and says how to allow it. ``Serde(lenient=True)``
+  (inspection tools) shows such a value as an :class:`UnregisteredValue`,
+  ``<unregistered type module:Name>``, instead.
+* A ``datetime`` in a ``zoneinfo.ZoneInfo`` zone keeps its zone (by key, with
+  ``fold``); a key is resolved from the system time zone database or among the
+  zones this process already used, never by importing ``tzdata``. Fixed offsets
+  (``datetime.timezone``) and other ``tzinfo`` implementations are stored as the
+  UTC offset at that instant. A ``str`` holding lone surrogates (``os.fsdecode``
+  of undecodable bytes) round-trips.
+* Adapters declare their registrations in the entry point group ``remit.serde``
+  (a function ``register_types(serde)``); :func:`load_registrations` calls them,
+  as ``remit inspect`` does before it reads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import decimal
 import enum
+import functools
 import hashlib
-import importlib
+import os
+import re
 import sys
+import types
+import typing
 import uuid
+import zoneinfo
 from collections.abc import Callable, Iterable
-from typing import Any
+from itertools import chain, compress
+from typing import Any, Final
 
 import msgpack  # type: ignore[import-untyped]
+import typing_extensions
 from pydantic import BaseModel
 
-from remit_core.errors import CorruptRecord, SerializationError
+from remit_core.errors import CorruptRecord, SerializationError, UnregisteredType
 
 FORMAT_VERSION = 1
 _HEADER = bytes([FORMAT_VERSION])
+
+MAX_DEPTH: Final = 100
+"""Nesting levels a stored value may have (see the module docstring for what counts)."""
+
+ENTRY_POINT_GROUP: Final = "remit.serde"
+"""Adapters register their types through entry points of this group."""
 
 # ext tags (append only: never renumber)
 _DATETIME = 1
@@ -57,21 +104,280 @@ _BIGINT = 13
 _BYTEARRAY = 14  # reserved: msgpack stores a bytearray as bytes
 _NAMEDTUPLE = 15
 _REGISTERED = 16
+_ZONED_DATETIME = 17  # payload "<naive ISO>|<fold>|<zone key>"
+_SURROGATE_STR = 18  # payload: UTF-8 with surrogatepass
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+_KIND: Final = {_MODEL: "pydantic model", _DATACLASS: "dataclass", _ENUM: "enum",
+                _NAMEDTUPLE: "NamedTuple", _REGISTERED: "registered type"}
+
+# exact types msgpack stores as they are (a container of only these needs no rewriting)
+_SCALARS: Final = frozenset({str, int, float, bool, type(None), bytes, bytearray})
 
 
 def _qualname(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-class Serde:
-    """Encoder/decoder for stored values. Inject one into a store to extend it."""
+def _pack(obj: Any) -> bytes:
+    packed: bytes = msgpack.packb(obj, strict_types=True)
+    return packed
 
-    def __init__(self, *, allowed_modules: Iterable[str] = ()) -> None:
+
+class _Refused(Exception):
+    """Raised inside the encoder; collects the path to the value as it unwinds."""
+
+    def __init__(self, reason: str, value: Any, detail: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.value = value
+        self.detail = detail
+        self.segments: list[str] = []
+
+    @property
+    def path(self) -> str:
+        return "$" + "".join(reversed(self.segments))
+
+
+class _TooDeep(Exception):
+    """Raised inside the decoder when stored bytes nest deeper than MAX_DEPTH."""
+
+
+class _Deferred:
+    """An ext record whose payload is itself msgpack, decoded later by the walk (not
+    from inside the unpack that found it)."""
+
+    __slots__ = ("code", "payload")
+
+    def __init__(self, code: int, payload: bytes) -> None:
+        self.code = code
+        self.payload = payload
+
+
+_NESTED: Final = frozenset({list, dict, _Deferred})
+_COMPOSITE: Final = frozenset({_TIMEDELTA, _TUPLE, _SET, _FROZENSET, _MODEL, _DATACLASS,
+                               _ENUM, _NAMEDTUPLE, _REGISTERED})
+
+
+class UnregisteredValue:
+    """What ``Serde(lenient=True)`` gives for a value whose type this process does not know.
+
+    ``type_name`` is ``"module:QualName"`` as stored, ``kind`` what it was (a pydantic
+    model, a dataclass, ...), ``data`` its stored fields, decoded.
+    """
+
+    __slots__ = ("data", "kind", "type_name")
+
+    def __init__(self, type_name: str, kind: str, data: Any) -> None:
+        self.type_name = type_name
+        self.kind = kind
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"<unregistered type {self.type_name}>"
+
+
+# ------------------------------------------------------------------------------- time zones
+
+_ZONES: dict[str, zoneinfo.ZoneInfo] = {}  # zones this process used, by key
+_ZONE_KEY = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*")
+
+
+def _zone(key: str) -> zoneinfo.ZoneInfo:
+    """The zone ``key`` names, without importing anything: one this process already used,
+    or one in the system time zone database (``zoneinfo.TZPATH``)."""
+    zone = _ZONES.get(key)
+    if zone is not None:
+        return zone
+    if _ZONE_KEY.fullmatch(key) and ".." not in key.split("/") and any(
+            os.path.isfile(os.path.join(root, key)) for root in zoneinfo.TZPATH):
+        zone = zoneinfo.ZoneInfo(key)  # found on TZPATH: read from that file
+        _ZONES[key] = zone
+        return zone
+    raise ValueError(
+        f"time zone {key[:80]!r} is not in this machine's time zone database "
+        f"({', '.join(zoneinfo.TZPATH) or 'no TZPATH'}); install the system tz database, "
+        f"or create zoneinfo.ZoneInfo({key[:80]!r}) once before reading")
+
+
+def _zoned_datetime(payload: bytes) -> dt.datetime:
+    wall, fold, key = payload.decode().split("|")
+    naive = dt.datetime.fromisoformat(wall)
+    if naive.tzinfo is not None or fold not in ("0", "1"):
+        raise ValueError("malformed zoned datetime")
+    return naive.replace(tzinfo=_zone(key), fold=int(fold))
+
+
+_LEAVES: Final[dict[int, Callable[[bytes], Any]]] = {
+    _DATETIME: lambda p: dt.datetime.fromisoformat(p.decode()),
+    _DATE: lambda p: dt.date.fromisoformat(p.decode()),
+    _TIME: lambda p: dt.time.fromisoformat(p.decode()),
+    _UUID: lambda p: uuid.UUID(bytes=p),
+    _DECIMAL: lambda p: decimal.Decimal(p.decode()),
+    _BIGINT: lambda p: int(p.decode()),
+    _ZONED_DATETIME: _zoned_datetime,
+    _SURROGATE_STR: lambda p: p.decode("utf-8", "surrogatepass"),
+}
+
+
+def _ext_hook(code: int, payload: bytes) -> Any:
+    """msgpack's hook: leaves are decoded here; records holding msgpack are deferred."""
+    if code in _COMPOSITE:
+        return _Deferred(code, payload)
+    leaf = _LEAVES.get(code)
+    if leaf is None:
+        raise ValueError(f"unknown ext tag {code}")
+    return leaf(payload)
+
+
+# msgpack's own timestamp ext (-1), which remit never writes, reads as a datetime
+_UNPACK: Final[dict[str, Any]] = {"ext_hook": _ext_hook, "strict_map_key": False, "timestamp": 3}
+
+# ------------------------------------------------------------------------------ class kinds
+
+
+def _is_namedtuple(cls: type) -> bool:
+    return (issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple)
+            and callable(getattr(cls, "_make", None)))
+
+
+def _tag_of_class(cls: Any) -> int | None:
+    """The tag the encoder uses for instances of ``cls``, if it is a kind that can be allowed."""
+    if not isinstance(cls, type):
+        return None
+    if issubclass(cls, enum.Enum):
+        return _ENUM
+    if _is_namedtuple(cls):
+        return _NAMEDTUPLE
+    if issubclass(cls, BaseModel):
+        return _MODEL if cls is not BaseModel else None
+    if dataclasses.is_dataclass(cls):
+        return _DATACLASS
+    return None
+
+
+_BULK: Final = 32  # containers this long are first checked at C speed (_plain_within)
+_CONTAINERS: Final = frozenset({list, dict})
+_PLAIN: Final = _SCALARS | _CONTAINERS
+_is_container = _CONTAINERS.__contains__
+
+
+def _plain_within(frontier: list[Any], room: int) -> bool:
+    """Whether the lists and dicts in ``frontier`` hold only scalars and plain lists and
+    dicts, ``room`` levels deep at most (the frontier being the first). One pass per
+    level, iterating at C speed; False means "look closer" (something else is inside,
+    or it is too deep), never "wrong"."""
+    while room > 0:
+        types_ = set(map(type, frontier))
+        if types_ == {list}:
+            items = list(chain.from_iterable(frontier))
+        else:
+            dicts = frontier if types_ == {dict} else [x for x in frontier if type(x) is dict]
+            if not _SCALARS.issuperset(map(type, chain.from_iterable(dicts))):  # the keys
+                return False
+            items = list(chain.from_iterable(map(dict.values, dicts)))
+            if len(dicts) != len(frontier):
+                items += chain.from_iterable(x for x in frontier if type(x) is list)
+        types_ = set(map(type, items))
+        if _SCALARS.issuperset(types_):
+            return True
+        if not _PLAIN.issuperset(types_):
+            return False
+        frontier = list(compress(items, map(_is_container, map(type, items))))
+        room -= 1
+    return False
+
+
+def _plain_ok(v: list[Any] | dict[Any, Any], room: int) -> bool:
+    """Whether the list or dict ``v`` holds only scalars and plain lists and dicts,
+    ``room`` levels deep at most (``v`` being the first). False means "look closer"."""
+    if room <= 0:
+        return False
+    if isinstance(v, dict):
+        if not _SCALARS.issuperset(map(type, v)):  # the keys
+            return False
+        children: Iterable[Any] = v.values()
+    else:
+        children = v
+    if _SCALARS.issuperset(map(type, children)):
+        return True
+    if len(v) >= _BULK:
+        return _plain_within([v], room)
+    for x in children:
+        tx = type(x)
+        if tx not in _SCALARS and not ((tx is list or tx is dict) and _plain_ok(x, room - 1)):
+            return False
+    return True
+
+
+def _strict_scalar(v: Any, t: type) -> Any:
+    """A scalar msgpack may refuse: a str with lone surrogates, an int beyond 64 bits."""
+    if t is str and not v.isascii():
+        try:
+            v.encode()
+        except UnicodeEncodeError:
+            return msgpack.ExtType(_SURROGATE_STR, v.encode("utf-8", "surrogatepass"))
+    elif t is int and not _INT_MIN <= v <= _INT_MAX:
+        try:
+            return msgpack.ExtType(_BIGINT, str(v).encode())
+        except ValueError as exc:  # more digits than sys.get_int_max_str_digits()
+            raise _Refused("type", v, str(exc)) from None
+    return v
+
+
+_AS_BYTES = -1
+_BASES: Final[dict[int, type]] = {-2: dict, -3: list, -4: str, -5: bytes, -6: float, -7: int}
+_CONTAINER_KINDS: Final = frozenset({_TUPLE, _SET, _FROZENSET, _NAMEDTUPLE, _MODEL,
+                                     _DATACLASS, _ENUM})
+
+
+@functools.lru_cache(maxsize=4096)
+def _kind_of(t: type) -> int | None:
+    """How the envelope stores instances of ``t`` (registered types aside): an ext tag,
+    _AS_BYTES, a key of _BASES, or None (unsupported). In the order the envelope has
+    always used, so that stored bytes and digests stay the same."""
+    if issubclass(t, enum.Enum):
+        return _ENUM
+    for tag, cls in ((_DATETIME, dt.datetime), (_DATE, dt.date), (_TIME, dt.time),
+                     (_TIMEDELTA, dt.timedelta), (_UUID, uuid.UUID), (_DECIMAL, decimal.Decimal)):
+        if issubclass(t, cls):
+            return tag
+    if t is tuple:
+        return _TUPLE
+    if issubclass(t, tuple) and hasattr(t, "_fields"):
+        return _NAMEDTUPLE
+    if t is set:
+        return _SET
+    if t is frozenset:
+        return _FROZENSET
+    if issubclass(t, BaseModel):
+        return _MODEL
+    if dataclasses.is_dataclass(t):
+        return _DATACLASS
+    if t is memoryview:
+        return _AS_BYTES
+    for key, base in _BASES.items():
+        if issubclass(t, base) and not issubclass(t, bool):
+            return key
+    return None
+
+
+class Serde:
+    """Encoder/decoder for stored values. Inject one into a store to extend it.
+
+    ``allowed_modules``: classes of these modules may be decoded when the module is
+    already imported (never imports it). ``lenient``: a value of a type this process
+    does not know decodes as an :class:`UnregisteredValue` instead of raising
+    :class:`~remit_core.errors.UnregisteredType` (for inspection, never for resuming).
+    """
+
+    def __init__(self, *, allowed_modules: Iterable[str] = (), lenient: bool = False) -> None:
         self._allowed_modules = frozenset(allowed_modules)
+        self._lenient = lenient
         self._by_type: dict[type, tuple[str, Callable[[Any], Any]]] = {}
         self._by_name: dict[str, Callable[[Any], Any]] = {}
+        self._classes: dict[str, tuple[type, int]] = {}  # allowed: name -> (class, tag)
 
     # -- registry ------------------------------------------------------------------------------
 
@@ -83,86 +389,220 @@ class Serde:
         *,
         name: str | None = None,
     ) -> None:
-        """Teach the envelope a type: ``to_data`` returns storable data, ``from_data`` rebuilds it."""
+        """Teach the envelope a type: ``to_data`` returns storable data, ``from_data`` rebuilds it.
+
+        Stored under ``name`` (default ``"module:QualName"``); a reader must register the
+        same name before it reads. Names are append-only: keep reading old ones.
+        """
         key = name or _qualname(cls)
         self._by_type[cls] = (key, to_data)
         self._by_name[key] = from_data
+
+    def allow(self, *classes: type) -> None:
+        """Allow decoding instances of ``classes`` (pydantic models, dataclasses, enums,
+        NamedTuples), by their exact ``"module:QualName"``.
+
+        A class this process encodes is allowed automatically; a process that reads values
+        another process wrote allows their classes first (or uses
+        :meth:`allow_annotations` on its schema). Raises ``TypeError`` for any other class.
+        """
+        for cls in classes:
+            tag = _tag_of_class(cls)
+            if tag is None:
+                raise TypeError(
+                    f"Serde.allow() takes pydantic models, dataclasses, enums and NamedTuples; "
+                    f"{cls!r} is none of them. Teach other types with Serde.register(cls, "
+                    "to_data, from_data)")
+            self._classes[_qualname(cls)] = (cls, tag)
+
+    def allow_annotations(self, *annotations: Any) -> list[type]:
+        """Allow every class that ``annotations`` name (see :meth:`allow`); return them.
+
+        Walks typing annotations: TypedDicts, pydantic model fields, dataclass and
+        NamedTuple fields, ``Annotated``, ``Optional``/``Union``/``X | Y``, the arguments
+        of ``list``/``dict``/``set``/``tuple``/``Sequence``/... and type aliases. A class
+        that is only a subclass of an annotated one is not found: allow it explicitly.
+        """
+        found = [cls for cls in _annotated_classes(annotations) if cls not in self._by_type]
+        self.allow(*found)
+        return found
+
+    def _learn(self, cls: type, tag: int) -> str:
+        """Allow a class at encode time: a process reads back what it wrote. The latest
+        class of a name wins (a class defined in a function is a new one per call)."""
+        name = _qualname(cls)
+        entry = self._classes.get(name)
+        if entry is None or entry[0] is not cls:
+            self._classes[name] = (cls, tag)
+        return name
 
     # -- encoding ------------------------------------------------------------------------------
 
     def encode(self, value: Any, *, record: str = "value") -> bytes:
         """Encode ``value``; raise :class:`SerializationError` naming the path if it cannot be."""
         try:
-            packed: bytes = msgpack.packb(value, default=self._default, strict_types=True)
-            return _HEADER + packed
-        except SerializationError:
-            raise
-        except (TypeError, ValueError, OverflowError) as exc:
-            path, bad = _find_unsupported(value, self)
-            if not path:
-                path, bad = "$", value
+            packed = _pack(value)  # plain data (the common case): msgpack walks it at C speed
+        except (TypeError, ValueError, OverflowError):
+            pass  # something to rewrite first (a typed value, a subclass, a lone surrogate...)
+        else:
+            t = type(value)
+            if len(packed) <= MAX_DEPTH or (t is not list and t is not dict) or \
+                    _plain_ok(value, MAX_DEPTH):  # (a level takes one byte at least)
+                return _HEADER + packed
+        try:
+            try:
+                packed = _pack(self._lower(value, 0, False, False))
+            except (UnicodeEncodeError, OverflowError):
+                # a lone surrogate or a big int inside a container that took the fast path:
+                # once more, looking at every string and int
+                packed = _pack(self._lower(value, 0, True, False))
+        except _Refused as refused:
+            raise _serialization_error(refused, record) from None
+        except RecursionError:
             raise SerializationError(
-                f"cannot store {record}: the value at {path} has type {type(bad).__name__}, "
-                "which remit cannot serialise without pickle. Convert it to a supported type "
-                "(JSON types, bytes, datetime, UUID, Decimal, tuple, set, a pydantic model, "
-                "a dataclass or an enum) or register it with Serde.register(). "
-                f"Nothing was written. ({exc})",
-                path=path,
-                type_name=type(bad).__name__,
-            ) from None
+                f"cannot store {record}: the value nests too deep for this thread's recursion "
+                "limit. Nothing was written.", path="$", type_name=type(value).__name__) from None
+        except (TypeError, ValueError) as exc:
+            raise SerializationError(
+                f"cannot store {record}: {exc}. Nothing was written.",
+                path="$", type_name=type(value).__name__) from None
+        return _HEADER + packed
 
-    def _pack(self, value: Any) -> bytes:
-        packed: bytes = msgpack.packb(value, default=self._default, strict_types=True)
-        return packed
+    def _lower(self, v: Any, level: int, strict: bool, canonical: bool) -> Any:
+        """``v`` as msgpack-ready data: exact containers and scalars, with ext records for
+        the rest. ``level`` is how many containers enclose ``v``; ``strict`` checks every
+        string and int (the fast path leaves that to msgpack); ``canonical`` is the
+        digest's view (nothing is learnt, datetimes keep their offset form)."""
+        t = type(v)
+        if t in _SCALARS:
+            return _strict_scalar(v, t) if strict else v
+        if t is list:
+            if level >= MAX_DEPTH:
+                raise _Refused("deep", v)
+            if not strict and (_SCALARS.issuperset(map(type, v)) or (
+                    len(v) >= _BULK and _plain_within([v], MAX_DEPTH - level))):
+                return v
+            return self._lower_items(v, level + 1, strict, canonical)
+        if t is dict:
+            if level >= MAX_DEPTH:
+                raise _Refused("deep", v)
+            if not strict and len(v) >= _BULK and _plain_within([v], MAX_DEPTH - level):
+                return v
+            return self._lower_map(v, level + 1, strict, canonical)
+        return self._lower_other(v, t, level, strict, canonical)
 
-    def _default(self, obj: Any) -> Any:
+    def _lower_items(self, items: Iterable[Any], level: int, strict: bool,
+                     canonical: bool) -> list[Any]:
+        """The members of a list, tuple or set, at ``level``."""
+        out: list[Any] = []
+        append = out.append
+        room = level < MAX_DEPTH
+        for i, x in enumerate(items):
+            tx = type(x)
+            if not strict and (tx in _SCALARS or (room and not x and (tx is list or tx is dict))):
+                append(x)
+                continue
+            try:
+                append(self._lower(x, level, strict, canonical))
+            except _Refused as refused:
+                refused.segments.append(f"[{i}]")
+                raise
+        return out
+
+    def _lower_map(self, d: dict[Any, Any], level: int, strict: bool,
+                   canonical: bool) -> dict[Any, Any]:
+        """A dict whose keys and values are at ``level`` (a dict's, a model's fields)."""
+        if not strict and _SCALARS.issuperset(map(type, d.values())) and \
+                _SCALARS.issuperset(map(type, d)):
+            return d
+        out: dict[Any, Any] = {}
+        room = level < MAX_DEPTH
+        for k, x in d.items():
+            if strict or type(k) not in _SCALARS:
+                try:
+                    k = self._lower(k, level, strict, canonical)
+                except _Refused as refused:
+                    refused.segments.append(f".<key {k!r}>")
+                    raise
+            tx = type(x)
+            if not strict and (tx in _SCALARS or (room and not x and (tx is list or tx is dict))):
+                out[k] = x
+                continue
+            try:
+                out[k] = self._lower(x, level, strict, canonical)
+            except _Refused as refused:
+                refused.segments.append(f".{k}")
+                raise
+        return out
+
+    def _lower_other(self, v: Any, t: type, level: int, strict: bool, canonical: bool) -> Any:
         ext = msgpack.ExtType
-        t = type(obj)
-        if t in self._by_type:
-            name, to_data = self._by_type[t]
-            return ext(_REGISTERED, self._pack([name, to_data(obj)]))
-        if isinstance(obj, enum.Enum):
-            return ext(_ENUM, self._pack([_qualname(t), obj.value]))
-        if isinstance(obj, dt.datetime):
-            return ext(_DATETIME, obj.isoformat().encode())
-        if isinstance(obj, dt.date):
-            return ext(_DATE, obj.isoformat().encode())
-        if isinstance(obj, dt.time):
-            return ext(_TIME, obj.isoformat().encode())
-        if isinstance(obj, dt.timedelta):
-            return ext(_TIMEDELTA, self._pack([obj.days, obj.seconds, obj.microseconds]))
-        if isinstance(obj, uuid.UUID):
-            return ext(_UUID, obj.bytes)
-        if isinstance(obj, decimal.Decimal):
-            return ext(_DECIMAL, str(obj).encode())
-        if t is tuple:
-            return ext(_TUPLE, self._pack(list(obj)))
-        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-            return ext(_NAMEDTUPLE, self._pack([_qualname(t), list(obj)]))
-        if t is set:
-            return ext(_SET, self._pack(list(obj)))
-        if t is frozenset:
-            return ext(_FROZENSET, self._pack(list(obj)))
-        if t is int:  # only reached when out of msgpack's 64-bit range
-            return ext(_BIGINT, str(obj).encode())
-        if isinstance(obj, BaseModel):
-            data = obj.model_dump(mode="python", round_trip=True, by_alias=True)
-            return ext(_MODEL, self._pack([_qualname(t), data]))
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
-            return ext(_DATACLASS, self._pack([_qualname(t), fields]))
-        # plain subclasses of the built-in containers and scalars travel as their base type
-        bases: tuple[type[Any], ...] = (dict, list, str, bytes, float, int)
-        for base in bases:
-            if isinstance(obj, base) and not isinstance(obj, bool):
-                return base(obj)
-        raise TypeError(f"unsupported type {t.__module__}.{t.__qualname__}")
+        registered = self._by_type.get(t)
+        if registered is not None:
+            if level >= MAX_DEPTH:
+                raise _Refused("deep", v)
+            name, to_data = registered
+            try:
+                data = to_data(v)
+            except Exception as exc:
+                raise _Refused("convert", v, f"{type(exc).__name__}: {exc}") from None
+            return ext(_REGISTERED, _pack([name, self._lower(data, level + 1, strict, canonical)]))
+        kind = _kind_of(t)
+        if kind in _CONTAINER_KINDS and level >= MAX_DEPTH:
+            raise _Refused("deep", v)
+        if kind == _MODEL:
+            name = _qualname(t) if canonical else self._learn(t, _MODEL)
+            try:
+                data = v.model_dump(mode="python", round_trip=True, by_alias=True)
+            except Exception as exc:
+                raise _Refused("convert", v, f"{type(exc).__name__}: {exc}") from None
+            return ext(_MODEL, _pack([name, self._lower_map(data, level + 1, strict, canonical)]))
+        if kind == _DATETIME:
+            tz = v.tzinfo
+            if not canonical and type(tz) is zoneinfo.ZoneInfo and tz.key is not None:
+                _ZONES.setdefault(tz.key, tz)
+                wall = v.replace(tzinfo=None).isoformat()
+                return ext(_ZONED_DATETIME, f"{wall}|{v.fold}|{tz.key}".encode())
+            return ext(_DATETIME, v.isoformat().encode())
+        if kind == _TUPLE:
+            return ext(_TUPLE, _pack(self._lower_items(v, level + 1, strict, canonical)))
+        if kind == _ENUM:
+            name = _qualname(t) if canonical else self._learn(t, _ENUM)
+            return ext(_ENUM, _pack([name, self._lower(v.value, level + 1, strict, canonical)]))
+        if kind in (_DATE, _TIME):
+            return ext(kind, v.isoformat().encode())
+        if kind == _TIMEDELTA:
+            return ext(_TIMEDELTA, _pack([v.days, v.seconds, v.microseconds]))
+        if kind == _UUID:
+            return ext(_UUID, v.bytes)
+        if kind == _DECIMAL:
+            return ext(_DECIMAL, str(v).encode())
+        if kind == _NAMEDTUPLE:
+            if t is msgpack.ExtType and not canonical:
+                raise _Refused("ext", v)
+            name = _qualname(t) if canonical else self._learn(t, _NAMEDTUPLE)
+            items = self._lower_items(v, level + 1, strict, canonical)
+            return ext(_NAMEDTUPLE, _pack([name, items]))
+        if kind in (_SET, _FROZENSET):
+            return ext(kind, _pack(self._lower_items(v, level + 1, strict, canonical)))
+        if kind == _DATACLASS:
+            name = _qualname(t) if canonical else self._learn(t, _DATACLASS)
+            data = {f.name: getattr(v, f.name) for f in dataclasses.fields(v) if f.init}
+            return ext(_DATACLASS, _pack([name, self._lower_map(data, level + 1, strict,
+                                                                canonical)]))
+        if kind == _AS_BYTES:
+            return bytes(v)
+        if kind is not None:  # a plain subclass of a built-in type travels as that type
+            base: type = _BASES[kind]
+            return self._lower(base(v), level, strict, canonical)
+        raise _Refused("type", v)
 
     # -- decoding ------------------------------------------------------------------------------
 
     def decode(self, data: bytes | bytearray | memoryview, *, record: str = "value") -> Any:
-        """Decode stored bytes; raise :class:`CorruptRecord` naming ``record`` if they are bad."""
-        raw = bytes(data)
+        """Decode stored bytes; raise :class:`CorruptRecord` naming ``record`` if they are bad
+        (:class:`~remit_core.errors.UnregisteredType` if they name a type not allowed here)."""
+        raw = data if type(data) is bytes else bytes(data)
         if not raw or raw[0] != FORMAT_VERSION:
             head = raw[:1].hex() or "empty"
             raise CorruptRecord(
@@ -172,12 +612,19 @@ class Serde:
                 record=record,
             )
         try:
-            return msgpack.unpackb(
-                raw[1:], ext_hook=lambda code, payload: self._ext(code, payload, record),
-                strict_map_key=False, use_list=True,
-            )
+            obj = msgpack.unpackb(memoryview(raw)[1:], **_UNPACK)
+            t = type(obj)
+            if t is list or t is dict or t is _Deferred:
+                obj = self._walk(obj, 0, record)
+            return obj
         except CorruptRecord:
             raise
+        except (_TooDeep, msgpack.StackError):
+            raise CorruptRecord(
+                f"stored bytes of {record} nest deeper than {MAX_DEPTH} levels, which remit "
+                "never writes; they were not used. Restore the record from a backup or delete it.",
+                record=record,
+            ) from None
         except Exception as exc:
             raise CorruptRecord(
                 f"stored bytes of {record} failed to decode ({type(exc).__name__}: {exc}); "
@@ -185,79 +632,143 @@ class Serde:
                 record=record,
             ) from exc
 
-    def _unpack(self, payload: bytes, record: str) -> Any:
-        return msgpack.unpackb(
-            payload, ext_hook=lambda c, p: self._ext(c, p, record), strict_map_key=False
-        )
-
-    def _ext(self, code: int, payload: bytes, record: str) -> Any:
-        if code == _DATETIME:
-            return dt.datetime.fromisoformat(payload.decode())
-        if code == _DATE:
-            return dt.date.fromisoformat(payload.decode())
-        if code == _TIME:
-            return dt.time.fromisoformat(payload.decode())
-        if code == _TIMEDELTA:
-            d, s, us = self._unpack(payload, record)
-            return dt.timedelta(days=d, seconds=s, microseconds=us)
-        if code == _UUID:
-            return uuid.UUID(bytes=payload)
-        if code == _DECIMAL:
-            return decimal.Decimal(payload.decode())
-        if code == _TUPLE:
-            return tuple(self._unpack(payload, record))
-        if code == _SET:
-            return set(self._unpack(payload, record))
-        if code == _FROZENSET:
-            return frozenset(self._unpack(payload, record))
-        if code == _BIGINT:
-            return int(payload.decode())
-        if code == _REGISTERED:
-            name, data = self._unpack(payload, record)
-            if name not in self._by_name:
-                raise CorruptRecord(
-                    f"{record} holds a value of registered type {name!r}, which this process "
-                    "has not registered; register it with Serde.register() before reading.",
-                    record=record,
-                )
-            return self._by_name[name](data)
-        name, data = self._unpack(payload, record)
-        cls = self._resolve(name, record)
-        if code == _ENUM and isinstance(cls, type) and issubclass(cls, enum.Enum):
-            return cls(data)
-        if code == _MODEL and isinstance(cls, type) and issubclass(cls, BaseModel):
-            return cls.model_validate(data)
-        if code == _DATACLASS and dataclasses.is_dataclass(cls) and isinstance(cls, type):
-            return cls(**data)
-        if code == _NAMEDTUPLE and isinstance(cls, type) and issubclass(cls, tuple):
-            return cls(*data)
-        raise CorruptRecord(
-            f"{record} names {name!r} with ext tag {code}, which does not match that type; "
-            "the record was not used.",
-            record=record,
-        )
-
-    def _resolve(self, name: str, record: str) -> Any:
-        module_name, _, qual = name.partition(":")
-        module = sys.modules.get(module_name)
-        if module is None and module_name in self._allowed_modules:
-            module = importlib.import_module(module_name)
-        if module is None:
-            raise CorruptRecord(
-                f"{record} holds a {name} but module {module_name!r} is not imported in this "
-                "process; import it before reading (remit never imports modules named by "
-                "stored bytes), or pass Serde(allowed_modules=[...]).",
-                record=record,
-            )
-        obj: Any = module
-        for part in qual.split("."):
-            obj = getattr(obj, part, None)
-            if obj is None:
-                raise CorruptRecord(
-                    f"{record} holds a {name}, which does not exist in this process.",
-                    record=record,
-                )
+    def _walk(self, obj: Any, level: int, record: str) -> Any:
+        """Finish what the unpack left: decode deferred records, check the depth. In place."""
+        t = type(obj)
+        if t is list:
+            if level >= MAX_DEPTH:
+                raise _TooDeep
+            if _NESTED.isdisjoint(map(type, obj)) or (
+                    len(obj) >= _BULK and _plain_within([obj], MAX_DEPTH - level)):
+                return obj
+            self._walk_items(obj, level + 1, record)
+            return obj
+        if t is dict:
+            if level >= MAX_DEPTH:
+                raise _TooDeep
+            if len(obj) >= _BULK and _plain_within([obj], MAX_DEPTH - level):
+                return obj
+            return self._walk_map(obj, level + 1, record)
+        if t is _Deferred:
+            return self._typed(obj, level, record)
         return obj
+
+    def _walk_items(self, items: list[Any], level: int, record: str) -> None:
+        room = level < MAX_DEPTH
+        for i, x in enumerate(items):
+            tx = type(x)
+            if tx is list or tx is dict:
+                if x or not room:
+                    items[i] = self._walk(x, level, record)
+            elif tx is _Deferred:
+                items[i] = self._typed(x, level, record)
+
+    def _walk_map(self, d: dict[Any, Any], level: int, record: str) -> dict[Any, Any]:
+        if not _NESTED.isdisjoint(map(type, d)):  # a deferred key (a tuple, a frozenset...)
+            out: dict[Any, Any] = {}
+            for k, v in d.items():
+                key = self._typed(k, level, record) if type(k) is _Deferred else k
+                tv = type(v)
+                out[key] = self._walk(v, level, record) if tv is list or tv is dict or \
+                    tv is _Deferred else v
+            return out
+        if _NESTED.isdisjoint(map(type, d.values())):
+            return d
+        room = level < MAX_DEPTH
+        for k, v in d.items():
+            tv = type(v)
+            if tv is list or tv is dict:
+                if v or not room:
+                    d[k] = self._walk(v, level, record)
+            elif tv is _Deferred:
+                d[k] = self._typed(v, level, record)
+        return d
+
+    def _typed(self, deferred: _Deferred, level: int, record: str) -> Any:
+        code = deferred.code
+        if code == _TIMEDELTA:
+            days, seconds, micros = msgpack.unpackb(deferred.payload, timestamp=3)
+            if not all(type(n) is int for n in (days, seconds, micros)):
+                raise ValueError("malformed timedelta")
+            return dt.timedelta(days=days, seconds=seconds, microseconds=micros)
+        if level >= MAX_DEPTH:
+            raise _TooDeep
+        # a new unpack, called from this loop: never nested inside the unpack that found it
+        inner = msgpack.unpackb(deferred.payload, **_UNPACK)
+        if code in (_TUPLE, _SET, _FROZENSET):
+            if type(inner) is not list:
+                raise ValueError(f"malformed ext record (tag {code})")
+            self._walk_items(inner, level + 1, record)  # the list is the container itself
+            items = inner
+            return tuple(items) if code == _TUPLE else set(items) if code == _SET \
+                else frozenset(items)
+        if type(inner) is not list or len(inner) != 2 or type(inner[0]) is not str:
+            raise ValueError(f"malformed ext record (tag {code})")
+        name, data = inner
+        if code == _REGISTERED:
+            from_data = self._by_name.get(name)
+            if from_data is None:
+                return self._unregistered(name, code, data, level, record)
+            return from_data(self._walk(data, level + 1, record))
+        found = self._class_named(name, code, record)
+        if found is None:
+            return self._unregistered(name, code, data, level, record)
+        if code == _ENUM:
+            return found(self._walk(data, level + 1, record))
+        if code == _NAMEDTUPLE:
+            if type(data) is not list:
+                raise ValueError("malformed NamedTuple record")
+            self._walk_items(data, level + 1, record)
+            return found(*data)
+        if type(data) is not dict:
+            raise ValueError(f"malformed {_KIND[code]} record")
+        fields = self._walk_map(data, level + 1, record)
+        if code == _MODEL:
+            return found.model_validate(fields)
+        return found(**fields)
+
+    def _class_named(self, name: str, code: int, record: str) -> Any:
+        """The allowed class of exactly this name, or None. Never imports, never getattr."""
+        entry = self._classes.get(name)
+        if entry is None and self._allowed_modules:
+            entry = self._from_allowed_module(name, record)
+        if entry is None:
+            return None
+        cls, tag = entry
+        if tag != code:
+            raise ValueError(f"{name} is a {_KIND.get(tag, '?')}, but the record stores a "
+                             f"{_KIND.get(code, '?')}")
+        return cls
+
+    def _from_allowed_module(self, name: str, record: str) -> tuple[type, int] | None:
+        module_name, _, qual = name.partition(":")
+        if module_name not in self._allowed_modules:
+            return None
+        module = sys.modules.get(module_name)
+        if module is None:
+            raise UnregisteredType(
+                f"{record} holds a {name}, but module {module_name!r} is not imported in this "
+                "process; import it before reading (remit never imports modules named by "
+                "stored bytes). The record was not used.", record=record, type_name=name)
+        if type(module) is not types.ModuleType:  # a lazy module would load on any access
+            return None
+        obj: Any = module.__dict__.get(qual.split(".")[0])
+        for part in qual.split(".")[1:]:
+            if not isinstance(obj, type):
+                return None
+            obj = obj.__dict__.get(part)
+        tag = _tag_of_class(obj)
+        return None if tag is None else (obj, tag)
+
+    def _unregistered(self, name: str, code: int, data: Any, level: int, record: str) -> Any:
+        """A record of a type not allowed here: refused, or (lenient) shown as such."""
+        kind = _KIND.get(code, "type")
+        if not self._lenient:
+            raise UnregisteredType(_unregistered_message(name, kind, record),
+                                   record=record, type_name=name)
+        body = self._walk(data, level + 1, record) if code in (_REGISTERED, _ENUM) \
+            else self._walk(data, level, record)
+        return UnregisteredValue(name, kind, body)
 
     # -- canonical digests (FD, RD) ------------------------------------------------------------
 
@@ -265,45 +776,72 @@ class Serde:
         """A SHA-256 over a canonical encoding: equal values give equal digests in any process.
 
         Dict keys and set members are sorted by their encoding, so insertion order does
-        not matter. Raises :class:`SerializationError` for unsupported values.
+        not matter. Raises :class:`SerializationError` for unsupported values and for
+        values nested deeper than :data:`MAX_DEPTH`, naming the path.
         """
         try:
-            packed = msgpack.packb(_canonical(value, self), strict_types=False)
-        except SerializationError:
-            raise
-        except (TypeError, ValueError, OverflowError):
-            self.encode(value)  # raises a SerializationError naming the path
-            raise
+            packed = msgpack.packb(self._canonical(value, 0, True), strict_types=False)
+        except _Refused as refused:
+            raise _serialization_error(refused, "value") from None
+        except RecursionError:
+            raise SerializationError(
+                "cannot digest value: it nests too deep for this thread's recursion limit.",
+                path="$", type_name=type(value).__name__) from None
         return hashlib.sha256(packed).hexdigest()
 
+    def _canonical(self, value: Any, level: int, check: bool) -> Any:
+        """Rewrite ``value`` into plain msgpack data whose encoding is order-independent.
 
-def _canonical(value: Any, serde: Serde) -> Any:
-    """Rewrite ``value`` into plain msgpack data whose encoding is order-independent."""
-    if value is None or isinstance(value, bool | str | bytes | float):
-        return value
-    if isinstance(value, int) and not isinstance(value, enum.Enum):
-        return value if _INT_MIN <= value <= _INT_MAX else ["#bigint", str(value)]
-    if isinstance(value, dict):
-        items = [(_canonical(k, serde), _canonical(v, serde)) for k, v in value.items()]
-        items.sort(key=lambda kv: msgpack.packb(kv[0]))
-        return ["#map", [list(kv) for kv in items]]
-    if isinstance(value, list):
-        return [_canonical(v, serde) for v in value]
-    if isinstance(value, set | frozenset):
-        members = [_canonical(v, serde) for v in value]
+        ``check``: count the levels (off inside an ext record's stored data, whose depth
+        the encoder already checked)."""
+        if value is None or isinstance(value, bool | bytes | float):
+            return value
+        if isinstance(value, str):
+            if not value.isascii():
+                try:
+                    value.encode()
+                except UnicodeEncodeError:
+                    return ["#ext", _SURROGATE_STR, value.encode("utf-8", "surrogatepass")]
+            return value
+        if isinstance(value, int) and not isinstance(value, enum.Enum):
+            return value if _INT_MIN <= value <= _INT_MAX else ["#bigint", str(value)]
+        if isinstance(value, dict | list | set | frozenset) or type(value) is tuple:
+            if check and level >= MAX_DEPTH:
+                raise _Refused("deep", value)
+            return self._canonical_container(value, level + 1, check)
+        # every other supported type: canonicalise what the envelope would store for it
+        lowered = self._lower(value, level, True, True)
+        if isinstance(lowered, msgpack.ExtType):
+            inner = msgpack.unpackb(lowered.data, strict_map_key=False) \
+                if lowered.code in _COMPOSITE else lowered.data
+            return ["#ext", lowered.code, self._canonical(_plain(inner), 0, False)]
+        return self._canonical(lowered, level, check)
+
+    def _canonical_container(self, value: Any, level: int, check: bool) -> Any:
+        if isinstance(value, dict):
+            items = []
+            for k, v in value.items():
+                try:
+                    items.append((self._canonical(k, level, check),
+                                  self._canonical(v, level, check)))
+                except _Refused as refused:
+                    refused.segments.append(f".{k}")
+                    raise
+            items.sort(key=lambda kv: msgpack.packb(kv[0]))
+            return ["#map", [list(kv) for kv in items]]
+        members = []
+        for i, v in enumerate(value):
+            try:
+                members.append(self._canonical(v, level, check))
+            except _Refused as refused:
+                refused.segments.append(f"[{i}]")
+                raise
+        if isinstance(value, list):
+            return members
+        if type(value) is tuple:
+            return ["#tuple", members]
         members.sort(key=msgpack.packb)
         return ["#set", members]
-    if type(value) is tuple:
-        return ["#tuple", [_canonical(v, serde) for v in value]]
-    # every other supported type: canonicalise what the envelope would store for it
-    ext = serde._default(value)
-    if isinstance(ext, msgpack.ExtType):
-        inner = msgpack.unpackb(ext.data, strict_map_key=False) if ext.code in (
-            _TIMEDELTA, _TUPLE, _SET, _FROZENSET, _MODEL, _DATACLASS, _ENUM, _NAMEDTUPLE,
-            _REGISTERED,
-        ) else ext.data
-        return ["#ext", ext.code, _canonical(_plain(inner), serde)]
-    return _canonical(ext, serde)
 
 
 def _plain(value: Any) -> Any:
@@ -317,45 +855,133 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _find_unsupported(value: Any, serde: Serde, path: str = "$") -> tuple[str, Any]:
-    """Walk ``value`` to the first object the envelope cannot encode (error path only)."""
-    if value is None or isinstance(value, bool | str | bytes | float | int):
-        return "", None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            p, bad = _find_unsupported(k, serde, f"{path}.<key {k!r}>")
-            if p:
-                return p, bad
-            p, bad = _find_unsupported(v, serde, f"{path}.{k}")
-            if p:
-                return p, bad
-        return "", None
-    if isinstance(value, list | tuple | set | frozenset):
-        for i, v in enumerate(value):
-            p, bad = _find_unsupported(v, serde, f"{path}[{i}]")
-            if p:
-                return p, bad
-        return "", None
-    if isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            p, bad = _find_unsupported(getattr(value, name), serde, f"{path}.{name}")
-            if p:
-                return p, bad
-        return _check_leaf(value, serde, path)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            p, bad = _find_unsupported(getattr(value, f.name), serde, f"{path}.{f.name}")
-            if p:
-                return p, bad
-    return _check_leaf(value, serde, path)
+def _serialization_error(refused: _Refused, record: str) -> SerializationError:
+    path, bad = refused.path, refused.value
+    type_name = type(bad).__name__
+    if refused.reason == "deep":
+        message = (
+            f"cannot store {record}: the value at {path} nests deeper than {MAX_DEPTH} levels "
+            "(each list, dict, tuple, set, model, dataclass, enum or registered value is one "
+            "level); remit refuses it so that everything it stores can be read back. Flatten "
+            "it, or store the deep part as text (e.g. JSON). Nothing was written.")
+    elif refused.reason == "convert":
+        message = (f"cannot store {record}: the value at {path} ({type_name}) could not be "
+                   f"converted for storage ({refused.detail}). Nothing was written.")
+    elif refused.reason == "ext":
+        message = (f"cannot store {record}: the value at {path} is a raw msgpack ExtType, which "
+                   "would be read back as one of remit's own records. Nothing was written.")
+    else:
+        detail = f" ({refused.detail})" if refused.detail else ""
+        message = (
+            f"cannot store {record}: the value at {path} has type {type_name}, which remit "
+            "cannot serialise without pickle. Convert it to a supported type (JSON types, "
+            "bytes, datetime, UUID, Decimal, tuple, set, a pydantic model, a dataclass or an "
+            f"enum) or register it with Serde.register(). Nothing was written.{detail}")
+    return SerializationError(message, path=path, type_name=type_name)
 
 
-def _check_leaf(value: Any, serde: Serde, path: str) -> tuple[str, Any]:
+def _unregistered_message(name: str, kind: str, record: str) -> str:
+    qual = name.partition(":")[2] or name
+    if kind == "registered type":
+        if name.split(":")[0] in ("langgraph", "remit_langgraph"):
+            todo = "import remit_langgraph before reading (it registers LangGraph's types)"
+        else:
+            todo = (f"register it with Serde.register(cls, to_data, from_data, name={name!r}) "
+                    "before reading")
+    else:
+        todo = (f"allow the class before reading: store.serde.allow({qual.split('.')[-1]}) "
+                "(or Serde.allow_annotations(YourState) for every class a schema names)")
+        if "<locals>" in qual:
+            todo += ("; it is defined inside a function, so no other process can name it: "
+                     "define it at module level and allow it there")
+    return (f"{record} holds a value of {kind} {name!r}, which this process has not registered or "
+            f"allowed; remit builds only types named before the read and never imports a "
+            f"module. To read it, {todo}. The record was not used.")
+
+
+# -------------------------------------------------------------------------- annotation walk
+
+
+def _type_hints(cls: type) -> list[Any]:
     try:
-        serde._pack(value)
-    except Exception:
-        return path, value
-    return "", None
+        return list(typing.get_type_hints(cls, include_extras=True).values())
+    except Exception:  # unresolvable forward references: what is there, strings skipped
+        if dataclasses.is_dataclass(cls):
+            return [f.type for f in dataclasses.fields(cls)]
+        return list(getattr(cls, "__annotations__", {}).values())
+
+
+def _annotated_classes(roots: Iterable[Any]) -> list[type]:
+    """Every class of an allowable kind that the annotations ``roots`` name, in order."""
+    found: list[type] = []
+    seen: dict[int, Any] = {}  # by id (annotations may be unhashable); keeps them alive
+    todo = list(roots)[::-1]
+    while todo:
+        tp = todo.pop()
+        if id(tp) in seen:
+            continue
+        seen[id(tp)] = tp
+        if tp is None or tp is Any or tp is Ellipsis or isinstance(tp, str | typing.ForwardRef):
+            continue
+        pending: list[Any] = []
+        if isinstance(tp, typing.TypeVar):
+            pending += [tp.__bound__, *tp.__constraints__]
+        elif isinstance(tp, typing.NewType):
+            pending.append(tp.__supertype__)
+        elif type(tp).__name__ == "TypeAliasType":  # `type X = ...` (3.12) or typing_extensions
+            with contextlib.suppress(Exception):  # an alias that does not evaluate: skipped
+                pending.append(tp.__value__)
+        elif typing.get_origin(tp) is not None:
+            origin = typing.get_origin(tp)
+            args = typing.get_args(tp)
+            if origin is typing.Literal or origin is typing.ClassVar:
+                continue
+            if origin is typing.Annotated:
+                pending.append(args[0])
+            else:
+                pending += list(args)
+                if isinstance(origin, type):
+                    pending.append(origin)
+        elif isinstance(tp, type):
+            tag = _tag_of_class(tp)
+            if tag is not None:
+                found.append(tp)
+            if tag == _MODEL:
+                pending += [f.annotation for f in tp.model_fields.values()]  # type: ignore[attr-defined]
+            elif tag in (_DATACLASS, _NAMEDTUPLE) or typing_extensions.is_typeddict(tp):
+                pending += _type_hints(tp)
+        todo += pending[::-1]
+    return found
+
+
+# ------------------------------------------------------------------------------ entry points
+
+
+def load_registrations(serde: Serde, *, group: str = ENTRY_POINT_GROUP) -> list[str]:
+    """Call every installed adapter's ``register_types(serde)`` (entry point group
+    ``remit.serde``); return the entry points loaded. One that fails to load is skipped
+    with a warning naming it, so that the others still register."""
+    import importlib.metadata
+    import warnings
+
+    loaded: list[str] = []
+    for ep in importlib.metadata.entry_points(group=group):
+        try:
+            ep.load()(serde)
+        except Exception as exc:
+            warnings.warn(f"remit: the type registrations of {ep.value} ({ep.name}) could not "
+                          f"be loaded: {type(exc).__name__}: {exc}", stacklevel=2)
+        else:
+            loaded.append(ep.value)
+    return loaded
+
+
+def inspect_serde() -> Serde:
+    """The envelope for inspection tools: every adapter's registrations, and a value of a
+    type nobody registered shown as ``<unregistered type module:Name>``, not refused."""
+    serde = Serde(lenient=True)
+    load_registrations(serde)
+    return serde
 
 
 default_serde = Serde()
@@ -372,3 +998,18 @@ def decode(data: bytes, *, record: str = "value") -> Any:
 
 def digest(value: Any) -> str:
     return default_serde.digest(value)
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "FORMAT_VERSION",
+    "MAX_DEPTH",
+    "Serde",
+    "UnregisteredValue",
+    "decode",
+    "default_serde",
+    "digest",
+    "encode",
+    "inspect_serde",
+    "load_registrations",
+]

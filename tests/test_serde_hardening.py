@@ -1,0 +1,352 @@
+"""The envelope against hostile and extreme values (issue 13 items 1, 3, 13; issue 12 item 5).
+
+* one nesting limit, enforced when a value is written (``SerializationError`` naming the
+  path, nothing stored) and when bytes are read (``CorruptRecord``, never a crash: the
+  crafted blobs are decoded in a child process, so a segfault shows as a signal);
+* decoding resolves only types registered or allowed before the read, by exact name,
+  and imports nothing;
+* ``ZoneInfo`` datetimes keep their zone; strings with lone surrogates round-trip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import operator
+import sys
+import types
+import uuid
+from typing import Annotated, Any, NamedTuple, Optional, TypedDict
+from zoneinfo import ZoneInfo
+
+import msgpack  # type: ignore[import-untyped]
+import pytest
+from pydantic import BaseModel
+
+import remit_core.serde as serde_module
+from remit_core import CorruptRecord, SerializationError, derive_id
+from remit_core.serde import Serde, decode, digest, encode
+from remit_core.store import Store
+from tests.serde_child import Decoder
+
+MAX_DEPTH: int = getattr(serde_module, "MAX_DEPTH", 100)
+
+# ext tags of the envelope (append-only, so crafted blobs can name them)
+TUPLE, SET, MODEL, DATACLASS, ENUM, NAMEDTUPLE, REGISTERED = 7, 8, 10, 11, 12, 15, 16
+
+
+def blob(obj: Any) -> bytes:
+    """A crafted envelope: the version byte, then ``obj`` packed as is."""
+    packed: bytes = msgpack.packb(obj, strict_types=True)
+    return b"\x01" + packed
+
+
+def ext(code: int, payload: Any) -> msgpack.ExtType:
+    return msgpack.ExtType(code, msgpack.packb(payload, strict_types=True))
+
+
+def deep_tuple(n: int) -> Any:
+    value: Any = ()
+    for _ in range(n - 1):
+        value = (value,)
+    return value
+
+
+@dataclasses.dataclass
+class Link:
+    next: Link | None = None
+
+
+def link_chain(n: int) -> Link:
+    head = Link()
+    for _ in range(n - 1):
+        head = Link(head)
+    return head
+
+
+class Leaf(BaseModel):
+    n: int
+
+
+class Shade(enum.Enum):
+    DARK = "dark"
+
+
+class Pair(NamedTuple):
+    a: int
+    b: str
+
+
+@dataclasses.dataclass
+class Holder:
+    leaf: Leaf
+    shade: Shade
+    pair: Pair | None = None
+
+
+# =============================================================================== A: depth
+
+
+@pytest.mark.parametrize("make, where", [
+    (lambda: deep_tuple(200), "$" + "[0]" * MAX_DEPTH),
+    (lambda: link_chain(220), "$" + ".next" * MAX_DEPTH),
+], ids=["tuple-200", "dataclass-chain-220"])
+def test_too_deep_is_refused_at_write_and_nothing_is_stored(
+    store: Store, make: Any, where: str
+) -> None:
+    value = make()
+    with pytest.raises(SerializationError) as info:
+        store.put_checkpoint("deep", "c1", new_values={"state": ("1", value)})
+    err = info.value
+    assert err.path == where, err.path
+    assert f"nests deeper than {MAX_DEPTH} levels" in str(err) and "Nothing was written" in str(err)
+    with pytest.raises(SerializationError):
+        store.put_checkpoint("deep", "c1", data=value)
+    with pytest.raises(SerializationError):
+        store.put_writes("deep", "c0", "task", [(0, "ch", value)])
+    assert store.get_checkpoint("deep") is None
+    assert store.list_runs() == []
+
+
+def test_everything_below_the_limit_round_trips() -> None:
+    nested_list: Any = 1
+    for _ in range(MAX_DEPTH):
+        nested_list = [nested_list]
+    mixed: Any = 1
+    for i in range(MAX_DEPTH):
+        mixed = ({"k": mixed}, (mixed,), {mixed} if i == 0 else [mixed])[i % 3]
+    for value in (deep_tuple(MAX_DEPTH), nested_list, link_chain(MAX_DEPTH), mixed):
+        assert decode(encode(value)) == value
+        assert digest(value) == digest(decode(encode(value)))
+    for value in (deep_tuple(MAX_DEPTH + 1), [nested_list], link_chain(MAX_DEPTH + 1)):
+        with pytest.raises(SerializationError, match="nests deeper"):
+            encode(value)
+        with pytest.raises(SerializationError, match="nests deeper"):
+            digest(value)
+
+
+def test_deep_values_give_serialization_error_from_the_digest() -> None:
+    """Deterministic ids digest values: a deep one is refused, not a RecursionError."""
+    deep: Any = None
+    for _ in range(3000):
+        deep = [deep]
+    for value in (deep, {"x": deep_tuple(600)}, link_chain(2000)):
+        with pytest.raises(SerializationError) as info:
+            derive_id("parent", "fork", value)
+        assert info.value.path.startswith("$")
+        with pytest.raises(SerializationError):
+            encode(value)
+
+
+def nested_ext(code: int, depth: int, wrap: Any = None) -> Any:
+    inner: Any = None
+    for _ in range(depth):
+        inner = ext(code, [inner] if wrap is None else wrap(inner))
+    return inner
+
+
+CRAFTED_DEEP = {
+    "tuple-300": blob(nested_ext(TUPLE, 300)),
+    "tuple-5000": blob(nested_ext(TUPLE, 5000)),
+    "send-chain-400": blob(nested_ext(
+        REGISTERED, 400, wrap=lambda inner: ["langgraph:Send", {"node": "n", "arg": inner}])),
+    "list-in-tuple-250": blob(nested_ext(TUPLE, 250, wrap=lambda inner: [[[inner]]])),
+    "plain-lists-1000": b"\x01" + b"\x91" * 1000 + b"\xc0",
+    "plain-lists-5000": b"\x01" + b"\x91" * 5000 + b"\xc0",
+    "plain-maps-800": b"\x01" + b"\x81\xa1k" * 800 + b"\xc0",
+}
+
+
+def test_crafted_deep_blobs_are_corrupt_records_in_a_child() -> None:
+    with Decoder() as child:
+        answers = {name: child.decode(data) for name, data in CRAFTED_DEEP.items()}
+    for name, answer in answers.items():
+        assert answer["outcome"] == "corrupt", (name, answer)
+        assert answer["imported"] == [], (name, answer)
+    assert "nest deeper than" in answers["tuple-300"]["message"]
+
+
+# ===================================================== B: exact names, nothing imported
+
+
+CRAFTED_NAMES = {
+    "FakeEmbeddings": blob(ext(MODEL, ["langchain_core.embeddings:FakeEmbeddings", {"size": 3}])),
+    "FakeListLLM": blob(ext(MODEL, ["langchain_core.language_models:FakeListLLM",
+                                    {"responses": ["hi"]}])),
+    "stat_result": blob(ext(NAMEDTUPLE, ["os:stat_result", list(range(10))])),
+    "os.system-model": blob(ext(MODEL, ["os:system", {"command": "true"}])),
+    "os.system-dataclass": blob(ext(DATACLASS, ["os:system", {}])),
+    "os.system-namedtuple": blob(ext(NAMEDTUPLE, ["os:system", ["true"]])),
+    "signal-enum": blob(ext(ENUM, ["signal:Signals", 9])),
+    "base-model": blob(ext(MODEL, ["pydantic:BaseModel", {}])),
+    "unimported-module": blob(ext(DATACLASS, ["http.server:HTTPServer", {}])),
+    "registered-unknown": blob(ext(REGISTERED, ["subprocess:CalledProcessError", [1, "ls"]])),
+    "no-such-zone": b"\x01" + msgpack.packb(
+        msgpack.ExtType(17, b"2026-01-01T00:00:00|0|Remit/No_Such_Zone")),
+}
+
+
+def test_crafted_type_names_import_nothing_and_build_nothing() -> None:
+    with Decoder() as child:
+        answers = {name: child.decode(data) for name, data in CRAFTED_NAMES.items()}
+    for name, answer in answers.items():
+        assert answer["imported"] == [], (name, answer)
+        assert answer["outcome"] == "corrupt", (name, answer)
+    assert "langchain_core.language_models:FakeListLLM" in answers["FakeListLLM"]["message"]
+    assert answers["stat_result"]["type"] == "UnregisteredType"
+
+
+class Stranger(BaseModel):
+    """Encoded by one Serde, read by another that never saw it."""
+
+    n: int
+
+
+def test_an_unregistered_type_is_refused_with_what_to_do() -> None:
+    data = Serde().encode({"x": Stranger(n=1)}, record="checkpoint 'c1'")
+    reader = Serde()
+    with pytest.raises(CorruptRecord) as info:
+        reader.decode(data, record="checkpoint 'c1'")
+    err = info.value
+    assert type(err).__name__ == "UnregisteredType"
+    assert getattr(err, "type_name", None) == f"{__name__}:Stranger"
+    assert "checkpoint 'c1'" in str(err) and ".allow(" in str(err)
+    reader.allow(Stranger)
+    assert reader.decode(data) == {"x": Stranger(n=1)}
+
+
+def test_a_class_the_process_encodes_is_readable_in_that_process() -> None:
+    class Local(BaseModel):
+        n: int
+
+    @dataclasses.dataclass
+    class LocalDC:
+        local: Local
+
+    s = Serde()
+    value = LocalDC(Local(n=2))
+    assert s.decode(s.encode(value)) == value
+    assert "<locals>" in type(value).__qualname__
+
+    class Local2(BaseModel):  # the same name defined again (a function called twice)
+        n: int
+
+    Local2.__qualname__ = Local.__qualname__
+    again = s.decode(s.encode(Local2(n=3)))
+    assert type(again) is Local2
+
+
+def test_allow_takes_only_classes_it_can_rebuild() -> None:
+    s = Serde()
+    s.allow(Leaf, Shade, Pair, Holder)
+    value = Holder(Leaf(n=1), Shade.DARK, Pair(1, "x"))
+    assert s.decode(Serde().encode(value)) == value
+    import os
+
+    for bad in (os.stat_result, int, dict, Exception, BaseModel):
+        with pytest.raises(TypeError, match="allow"):
+            s.allow(bad)
+
+
+class Inner(TypedDict):
+    pair: Pair
+
+
+class Graphish(TypedDict, total=False):
+    leaves: Annotated[list[Leaf], operator.add]
+    maybe: Optional[Holder]  # noqa: UP045 -- the old spelling must be understood too
+    by_name: dict[str, Shade]
+    inner: Inner
+
+
+def test_allow_annotations_walks_typing_annotations() -> None:
+    s = Serde()
+    found = s.allow_annotations(Graphish)
+    assert set(found) == {Leaf, Holder, Shade, Pair}
+    value = {"leaves": [Leaf(n=1)], "maybe": Holder(Leaf(n=2), Shade.DARK),
+             "by_name": {"a": Shade.DARK}, "inner": {"pair": Pair(2, "y")}}
+    assert s.decode(Serde().encode(value)) == value
+    assert s.allow_annotations(int, list[str], Any, None, "Forward") == []
+
+
+def test_allowed_modules_look_only_at_imported_modules() -> None:
+    module = types.ModuleType("remit_test_lazy_mod")
+    called: list[str] = []
+
+    def lazy(name: str) -> Any:  # a module __getattr__ that would import on access
+        called.append(name)
+        raise AttributeError(name)
+
+    @dataclasses.dataclass
+    class Thing:
+        x: int
+
+    Thing.__module__, Thing.__qualname__ = module.__name__, "Thing"
+    module.Thing = Thing  # type: ignore[attr-defined]
+    module.__getattr__ = lazy  # type: ignore[method-assign]
+    data = Serde().encode(Thing(3))
+    sys.modules[module.__name__] = module
+    try:
+        reader = Serde(allowed_modules=[module.__name__])
+        assert reader.decode(data) == Thing(3)
+        missing = blob(ext(DATACLASS, [f"{module.__name__}:Other", {}]))
+        with pytest.raises(CorruptRecord):
+            reader.decode(missing)
+        assert called == []
+    finally:
+        del sys.modules[module.__name__]
+    with pytest.raises(CorruptRecord, match="not imported"):
+        Serde(allowed_modules=[module.__name__]).decode(data)
+    assert module.__name__ not in sys.modules
+
+
+def test_a_lenient_serde_shows_an_unregistered_type_as_such() -> None:
+    data = Serde().encode({"x": Stranger(n=5), "t": (1, 2)})
+    out = Serde(lenient=True).decode(data)  # type: ignore[call-arg,unused-ignore]
+    assert out["t"] == (1, 2)
+    assert repr(out["x"]) == f"<unregistered type {__name__}:Stranger>"
+
+
+# ====================================================================== C: zones, surrogates
+
+
+def test_a_zoneinfo_datetime_keeps_its_zone() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    winter = dt.datetime(2026, 1, 15, 12, 0, tzinfo=berlin)
+    ambiguous = dt.datetime(2026, 10, 25, 2, 30, tzinfo=berlin, fold=1)
+    for value in (winter, ambiguous):
+        out = decode(encode(value))
+        assert out == value and out.tzinfo is berlin and out.fold == value.fold
+        assert out.utcoffset() == value.utcoffset()
+    summer = decode(encode(winter)) + dt.timedelta(days=180)  # DST is kept, not a fixed +01:00
+    assert summer.utcoffset() == dt.timedelta(hours=2)
+    assert decode(encode({"at": [winter]})) == {"at": [winter]}
+
+
+def test_a_fixed_offset_stays_a_fixed_offset() -> None:
+    fixed = dt.datetime(2026, 1, 15, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    out = decode(encode(fixed))
+    assert out == fixed and type(out.tzinfo) is dt.timezone
+    assert (out + dt.timedelta(days=180)).utcoffset() == dt.timedelta(hours=1)
+
+
+def test_a_string_with_a_lone_surrogate_round_trips() -> None:
+    odd = "file-\udcff.txt"
+    value = {odd: [odd, ("x", odd)], "leaf": Leaf(n=1), "plain": "ok"}
+    out = decode(encode(value))
+    assert out == value and type(next(iter(out))) is str
+    assert digest(value) == digest(out) != digest({**value, odd: []})
+
+
+def test_digest_is_unchanged_for_values_stored_before() -> None:
+    """Ids derived by earlier releases stay the same (fork ids, claim digests)."""
+    assert digest({"a": 1, "b": (1, 2)}) == (
+        "837f85418231a579673fc395ecb10468bab4b89d8ec20678e2de3623111e95d4")
+    assert derive_id("p", "fork", [uuid.UUID(int=1), Leaf(n=1)]) == (
+        "353ffb60-2708-512a-8079-f4a88752accd")
+    rich = [Holder(Leaf(n=2), Shade.DARK, Pair(1, "x")), {3, 1, 2}, frozenset({"a"}),
+            dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.timedelta(5), decimal.Decimal("1.5"),
+            2**70, {"k": {(1, 2): [1.5, None, b"x"]}}]
+    assert digest(rich) == "f5ac68cedcb5d25e7a088249624e2703b80091d552a88825420c57d20892e41a"
