@@ -13,7 +13,6 @@ import asyncio
 import inspect
 import operator
 import sys
-import types
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypedDict
@@ -32,7 +31,7 @@ from remit_core import SerializationError, Store
 from remit_core.serde import default_serde
 from remit_langgraph import RemitSaver
 from remit_langgraph._contract import derive_step_id
-from remit_langgraph._serde import EMPTY, RemitStoredError, storable
+from remit_langgraph._serde import EMPTY, storable
 
 # the pending-write order a saver must give, where langgraph-checkpoint defines one
 # (2.1.x does not)
@@ -326,7 +325,8 @@ class Flaky(TypedDict):
     log: Annotated[list[str], operator.add]
 
 
-def test_node_error_is_stored_as_the_exception(saver: RemitSaver) -> None:
+def test_node_error_is_stored_as_its_repr_like_the_stock_savers(saver: RemitSaver) -> None:
+    """An ``__error__`` write reads back as LangGraph's serializer gives it: ``repr(exc)``."""
     calls = {"n": 0}
 
     def flaky(state: Flaky) -> dict[str, Any]:
@@ -335,21 +335,46 @@ def test_node_error_is_stored_as_the_exception(saver: RemitSaver) -> None:
             raise KeyError("first attempt fails")
         return {"log": ["flaky ok"]}
 
+    def build(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+        b = StateGraph(Flaky)
+        b.add_node("first", lambda s: {"log": ["first"]})
+        b.add_node("flaky", flaky)
+        b.add_edge(START, "first")
+        b.add_edge("first", "flaky")
+        b.add_edge("flaky", END)
+        return b.compile(checkpointer=checkpointer)
+
+    seen = []
+    for graph in both(build, saver):
+        calls["n"] = 0
+        config = cfg()
+        with pytest.raises(KeyError):
+            graph.invoke({"log": []}, config, durability="sync")
+        state = graph.get_state(config)
+        assert state.next == ("flaky",)
+        (error,) = [t.error for t in state.tasks if t.error is not None]
+        seen.append(error)
+        assert graph.invoke(None, config) == {"log": ["first", "flaky ok"]}
+    stock, remit = seen
+    assert remit == stock == "KeyError('first attempt fails')"
+
+
+def test_error_of_any_class_is_its_repr(saver: RemitSaver) -> None:
+    import subprocess
+
+    def boom(state: Flaky) -> dict[str, Any]:
+        raise subprocess.CalledProcessError(2, ["ls", "-l"], output=b"x")
+
     b = StateGraph(Flaky)
-    b.add_node("first", lambda s: {"log": ["first"]})
-    b.add_node("flaky", flaky)
-    b.add_edge(START, "first")
-    b.add_edge("first", "flaky")
-    b.add_edge("flaky", END)
+    b.add_node("boom", boom)
+    b.add_edge(START, "boom")
     graph = b.compile(checkpointer=saver)
     config = cfg()
-    with pytest.raises(KeyError):
-        graph.invoke({"log": []}, config, durability="sync")
-    state = graph.get_state(config)
-    assert state.next == ("flaky",)
-    (error,) = [t.error for t in state.tasks if t.error is not None]
-    assert isinstance(error, KeyError) and error.args == ("first attempt fails",)
-    assert graph.invoke(None, config) == {"log": ["first", "flaky ok"]}
+    with pytest.raises(subprocess.CalledProcessError):
+        graph.invoke({"log": []}, config)
+    (task_,) = graph.get_state(config).tasks
+    assert task_.error == "CalledProcessError(2, ['ls', '-l'])"
+    assert "CalledProcessError(" in task_.error
 
 
 class Holder(TypedDict, total=False):
@@ -424,47 +449,36 @@ def test_empty_marker_round_trips() -> None:
     assert default_serde.decode(default_serde.encode(EMPTY)) is EMPTY
 
 
-def test_known_exception_is_rebuilt() -> None:
-    out = default_serde.decode(default_serde.encode(storable(ValueError("bad", 3), default_serde)))
-    assert type(out) is ValueError and out.args == ("bad", 3)
+@pytest.mark.parametrize("exc", [ValueError("bad", 3), RuntimeError(), KeyError("k"),
+                                 RuntimeError(Opaque())])
+def test_storable_exception_is_its_repr(exc: BaseException) -> None:
+    assert storable(exc, default_serde) == repr(exc)
+    assert default_serde.decode(default_serde.encode(storable(exc, default_serde))) == repr(exc)
 
 
-def test_exception_of_unimported_module_becomes_remit_stored_error() -> None:
-    module = types.ModuleType("remit_test_vanishing_errors")
+def old_error_record(type_name: str, message: str, args: Any) -> bytes:
+    """What remit stored for an exception before it stored ``repr(exc)``."""
+    import msgpack  # type: ignore[import-untyped]
 
-    class Gone(Exception):
-        pass
-
-    Gone.__module__ = module.__name__
-    Gone.__qualname__ = "Gone"
-    module.Gone = Gone  # type: ignore[attr-defined]
-    sys.modules[module.__name__] = module
-    try:
-        data = default_serde.encode(storable(Gone("it left"), default_serde))
-        assert type(default_serde.decode(data)) is Gone
-    finally:
-        del sys.modules[module.__name__]
-    out = default_serde.decode(data)  # the module is no longer imported: nothing is imported
-    assert isinstance(out, RemitStoredError)
-    assert out.type_name == "remit_test_vanishing_errors:Gone" and out.message == "it left"
-    assert module.__name__ not in sys.modules
+    payload = msgpack.packb(["remit_langgraph:error", [type_name, message, args]])
+    return b"\x01" + msgpack.packb(msgpack.ExtType(16, payload))
 
 
-def test_exception_whose_constructor_refuses_its_args() -> None:
-    class Strict(Exception):
-        def __init__(self, code: int, detail: str) -> None:
-            super().__init__(f"{code}: {detail}")
+@pytest.mark.parametrize("record, text", [
+    (("builtins:ValueError", "('bad', 3)", ["bad", 3]), "ValueError('bad', 3)"),
+    (("builtins:RuntimeError", "boom", None), "RuntimeError('boom')"),
+    (("subprocess:CalledProcessError", "Command 'ls' returned 1.", [1, "ls"]),
+     "CalledProcessError(1, 'ls')"),
+    (("remit_test_vanishing_errors:Gone", "it left", ["it left"]), "Gone('it left')"),
+])
+def test_old_error_records_read_as_the_repr_string(record: Any, text: str) -> None:
+    before = set(sys.modules)
+    out = default_serde.decode(old_error_record(*record))
+    assert out == text and type(out) is str
+    assert set(sys.modules) == before
 
-    out = default_serde.decode(default_serde.encode(storable(Strict(7, "x"), default_serde)))
-    assert isinstance(out, RemitStoredError) and out.message == "7: x"
 
-
-def test_exception_with_unstorable_args() -> None:
-    out = default_serde.decode(default_serde.encode(storable(RuntimeError(Opaque()), default_serde)))
-    assert isinstance(out, RemitStoredError) and out.type_name == "builtins:RuntimeError"
-
-
-# ========================================================================= saver, directly
+# ========================================================================= saver, directly# ========================================================================= saver, directly
 
 
 def put_chain(saver: RemitSaver, thread: str, sources: list[str]) -> list[Any]:
@@ -518,8 +532,9 @@ def test_pending_writes_come_back_in_writes_sort_key_order(saver: RemitSaver) ->
     else:  # langgraph-checkpoint 2.1.x has no writes_sort_key: (task_id, idx), as stock
         assert order == [("task-a", "x"), ("task-a", "y"), ("task-b", ERROR),
                          ("task-b", "x"), ("task-c", "x")]
-    assert isinstance(dict(((t, c), v) for t, c, v in tup.pending_writes)[("task-b", ERROR)],
-                      ValueError)
+    # an error write reads back as the stock savers give it: repr(exc)
+    assert dict(((t, c), v) for t, c, v in tup.pending_writes)[("task-b", ERROR)] == \
+        "ValueError('boom')"
 
 
 def test_special_writes_replace_regular_writes_stay(saver: RemitSaver) -> None:

@@ -1,53 +1,40 @@
 """LangGraph's own types on remit's typed envelope.
 
-The envelope already stores JSON types, bytes, datetimes, UUIDs, tuples, sets,
-pydantic models (langchain-core messages and documents among them), dataclasses
-(``Overwrite``, ``TimeoutPolicy``), enums and NamedTuples (``_DeltaSnapshot``).
-This module teaches it the rest of what the Pregel loop puts into checkpoints
-and pending writes:
+The envelope stores JSON types, bytes, datetimes, UUIDs, tuples, sets, pydantic
+models, dataclasses, enums and NamedTuples; it decodes a class only if it was
+registered or allowed before the read, by exact name (see :mod:`remit_core.serde`).
+:func:`register_types` teaches it what the Pregel loop puts into checkpoints and
+pending writes:
 
 * ``Send`` (``__pregel_tasks`` values, ``Command.goto``), ``Interrupt``
-  (``__interrupt__`` writes) and ``Command`` -- under fixed names, so decoding
-  looks them up in the registry and never imports or resolves a module;
-* exceptions (``__error__`` writes) -- as their class name, message and
-  arguments, see :func:`storable`;
-* :data:`EMPTY`, the marker for a channel that has a version but no value.
+  (``__interrupt__`` writes) and ``Command`` -- under fixed names, with their own
+  ``to_data``/``from_data``;
+* :data:`EMPTY`, the marker for a channel that has a version but no value;
+* LangGraph's dataclasses and NamedTuples that travel in state (``Overwrite``,
+  ``TimeoutPolicy``, ``_DeltaSnapshot``, where the installed version has them) and
+  langchain-core's message classes (the list LangGraph itself curates) and
+  ``Document`` -- allowed by class object, imported here from their defining modules.
 
-Nothing here uses pickle or LangGraph's ``JsonPlusSerializer``.
+An exception (an ``__error__`` write) is stored as what LangGraph's own serializer
+makes of it, ``repr(exc)`` (see :func:`storable`), so ``task.error`` is the string
+the stock savers give. Records that older remit releases wrote for an exception
+(``remit_langgraph:error``) read back as that same kind of string; no exception
+class is looked up or built.
+
+The entry point ``remit.serde`` of this package names :func:`register_types`, so
+that ``remit inspect`` reads LangGraph runs. Nothing here uses pickle or LangGraph's
+``JsonPlusSerializer``.
 """
 
 from __future__ import annotations
 
-import sys
+import importlib
 from dataclasses import dataclass
 from typing import Any, Final
 
 from langgraph.types import Command, Interrupt, Send
 
-from remit_core import RemitError, SerializationError
 from remit_core.serde import Serde, default_serde
-
-
-class RemitStoredError(RemitError):
-    """An exception read back from the store whose class cannot be rebuilt here.
-
-    Raised in place of the original when its class is not imported in this process
-    (remit never imports a module named by stored bytes) or does not accept the
-    stored arguments. ``type_name`` is ``"module:QualName"`` of the original,
-    ``message`` its ``str()``.
-    """
-
-    def __init__(self, type_name: str, message: str) -> None:
-        self.type_name = type_name
-        self.message = message
-        super().__init__(
-            f"{type_name}: {message} (stored by an earlier attempt; its class is not imported "
-            "in this process or refuses the stored arguments, so remit raises this in its "
-            f"place; import {type_name.split(':')[0]} before reading to get the original class)"
-        )
-
-    def __reduce__(self) -> tuple[type[RemitStoredError], tuple[str, str]]:
-        return type(self), (self.type_name, self.message)
 
 
 class _Empty:
@@ -65,51 +52,32 @@ EMPTY: Final = _Empty()
 
 @dataclass(frozen=True, slots=True)
 class _ErrorRecord:
-    """What is stored for an exception: enough to rebuild it without pickle."""
+    """What remit before 0.2 stored for an exception; only read now (see _old_error)."""
 
     type_name: str
     message: str
-    args: list[Any] | None  # None: the arguments themselves cannot be stored
+    args: list[Any] | None
 
 
-def _qualname(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
+def storable(value: Any, serde: Serde | None = None) -> Any:
+    """``value`` as the envelope stores it: an exception becomes ``repr(exc)``, the string
+    LangGraph's serializer makes of it (``"RuntimeError('boom')"``), so that a pending
+    ``__error__`` write reads back exactly as from the stock savers. Any other value
+    passes unchanged (an unsupported one then fails in the store with SerializationError).
+    ``serde`` is accepted for the callers' sake and not used."""
+    if isinstance(value, BaseException):
+        return repr(value)
+    return value
 
 
-def storable(value: Any, serde: Serde) -> Any:
-    """``value`` ready for the envelope: an exception becomes an :class:`_ErrorRecord`.
-
-    The envelope registers types by exact class, and ``__error__`` writes carry an
-    instance of whatever class a node raised, so exceptions are converted here, at
-    the top level of a channel value or pending write. Any other value passes
-    unchanged (an unsupported one then fails in the store with SerializationError).
-    """
-    if not isinstance(value, BaseException):
-        return value
-    args: list[Any] | None = list(value.args)
-    try:
-        serde.encode(args)
-    except SerializationError:
-        args = None
-    return _ErrorRecord(_qualname(type(value)), str(value), args)
-
-
-def _rebuild_error(data: list[Any]) -> BaseException:
-    """The original exception when its class is already imported and accepts the
-    stored arguments, else a :class:`RemitStoredError` naming it."""
+def _old_error(data: Any) -> str:
+    """A record of an older remit (class name, message, arguments) as the repr-like
+    string the stock savers give, e.g. ``"ValueError('bad', 3)"``; never an object."""
     type_name, message, args = data
-    module_name, _, qual = str(type_name).partition(":")
-    obj: Any = sys.modules.get(module_name)  # never import a module named by stored bytes
-    for part in qual.split(".") if obj is not None else ():
-        obj = getattr(obj, part, None)
-    if isinstance(obj, type) and issubclass(obj, BaseException) and args is not None:
-        try:
-            exc = obj(*args)
-        except Exception:
-            pass
-        else:
-            return exc
-    return RemitStoredError(str(type_name), str(message))
+    name = str(type_name).rpartition(":")[2].rpartition(".")[2] or "Exception"
+    if isinstance(args, list):
+        return f"{name}({', '.join(repr(a) for a in args)})"
+    return f"{name}({str(message)!r})"
 
 
 def _interrupt_to_data(obj: Interrupt[Any]) -> dict[str, Any]:
@@ -151,20 +119,49 @@ def _command_from_data(data: dict[str, Any]) -> Command[Any]:
     return Command(**data)
 
 
+# classes allowed by object: (defining module, names); a name the installed version
+# does not have is skipped (langgraph >= 1.0, langchain-core as langgraph requires)
+_ALLOWED: Final = (
+    ("langgraph.types", ("Overwrite", "TimeoutPolicy")),
+    ("langgraph.checkpoint.serde.types", ("_DeltaSnapshot",)),
+    ("langchain_core.messages.base", ("BaseMessage", "BaseMessageChunk")),
+    ("langchain_core.messages.human", ("HumanMessage", "HumanMessageChunk")),
+    ("langchain_core.messages.ai", ("AIMessage", "AIMessageChunk")),
+    ("langchain_core.messages.system", ("SystemMessage", "SystemMessageChunk")),
+    ("langchain_core.messages.chat", ("ChatMessage", "ChatMessageChunk")),
+    ("langchain_core.messages.tool", ("ToolMessage", "ToolMessageChunk")),
+    ("langchain_core.messages.function", ("FunctionMessage", "FunctionMessageChunk")),
+    ("langchain_core.messages.modifier", ("RemoveMessage",)),
+    ("langchain_core.documents.base", ("Document",)),
+)
+
+
+def _allowed_classes() -> list[type]:
+    found: list[type] = []
+    for module_name, names in _ALLOWED:
+        try:
+            module = importlib.import_module(module_name)  # a fixed list, not stored names
+        except ImportError:
+            continue
+        for name in names:
+            cls = vars(module).get(name)
+            if isinstance(cls, type) and cls.__module__ == module_name:
+                found.append(cls)
+    return found
+
+
 def register_types(serde: Serde) -> None:
-    """Teach ``serde`` the LangGraph types above. Idempotent; names are append-only."""
+    """Teach ``serde`` LangGraph's types (the ``remit.serde`` entry point). Idempotent;
+    registered names are append-only."""
     serde.register(Send, _send_to_data, _send_from_data, name="langgraph:Send")
     serde.register(Interrupt, _interrupt_to_data, _interrupt_from_data, name="langgraph:Interrupt")
     serde.register(Command, _command_to_data, _command_from_data, name="langgraph:Command")
     serde.register(_Empty, lambda _: None, lambda _: EMPTY, name="remit_langgraph:empty")
-    serde.register(
-        _ErrorRecord,
-        lambda r: [r.type_name, r.message, r.args],
-        _rebuild_error,
-        name="remit_langgraph:error",
-    )
+    serde.register(_ErrorRecord, lambda r: [r.type_name, r.message, r.args], _old_error,
+                   name="remit_langgraph:error")
+    serde.allow(*_allowed_classes())
 
 
 register_types(default_serde)
 
-__all__ = ["EMPTY", "RemitStoredError", "register_types", "storable"]
+__all__ = ["EMPTY", "register_types", "storable"]
