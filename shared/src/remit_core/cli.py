@@ -61,7 +61,9 @@ class _Version(argparse.Action):
 
 def _inspect(args: argparse.Namespace) -> int:
     # read-only: inspection creates no file, table, schema or key (DESIGN.md section 4b)
-    with open_store(args.url, read_only=True) as store:
+    from remit_core.serde import inspect_serde  # every adapter's types; unknown ones as such
+
+    with open_store(args.url, read_only=True, serde=inspect_serde()) as store:
         report: dict[str, Any] = {"store": store.url}
         if args.run is None:
             report["runs"] = [

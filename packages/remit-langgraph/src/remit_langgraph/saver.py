@@ -155,6 +155,8 @@ class RemitSaver(BaseCheckpointSaver[str]):
         self._importer: RemitSaver | None = None
         self._import_lock = threading.Lock()
         self._schema = None if schema is None else GraphSchema(schema)
+        if self._schema is not None:  # a reader of another process's writes decodes them
+            store.serde.allow_annotations(self._schema.schema)
         self._gate = ConsumeGate(self)
         # CV: a node write refused by put_writes, by the checkpoint it was written against,
         # so that the refusal of the next checkpoint names the node rather than the step
