@@ -309,6 +309,49 @@ def test_a_lenient_serde_shows_an_unregistered_type_as_such() -> None:
     assert repr(out["x"]) == f"<unregistered type {__name__}:Stranger>"
 
 
+# ============================================================ effects replayed elsewhere
+
+
+@dataclasses.dataclass
+class Payment:
+    id: str
+    amount: decimal.Decimal
+
+
+CHILD_PAY = """
+import sys
+from remit_core import effect, effect_scope, open_store
+from tests.test_serde_hardening import Payment
+
+calls = []
+
+@effect(name="pay")
+def pay(amount: str) -> Payment | None:
+    calls.append(amount)
+    return Payment(f"tx-{amount}", __import__("decimal").Decimal(amount))
+
+with open_store(sys.argv[1]) as store, effect_scope(store, run_id="order", step="bill"):
+    print(repr(pay("9.50")), len(calls))
+"""
+
+
+def test_an_effect_result_replays_in_another_process(store_url: str) -> None:
+    """A receipt recorded by one process replays in the next one (a recovery): the
+    effect's return annotation allows its classes there."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    runs = [subprocess.run([sys.executable, "-c", CHILD_PAY, store_url], cwd=root,
+                           capture_output=True, text=True, timeout=120, check=False)
+            for _ in range(2)]
+    first, replay = runs
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "Payment(id='tx-9.50', amount=Decimal('9.50')) 1"
+    assert replay.returncode == 0, replay.stderr[-2000:]
+    assert replay.stdout.strip() == "Payment(id='tx-9.50', amount=Decimal('9.50')) 0"
+
+
 # ====================================================================== C: zones, surrogates
 
 

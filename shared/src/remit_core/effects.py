@@ -29,6 +29,7 @@ import inspect
 import logging
 import threading
 import time
+import typing
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -192,6 +193,15 @@ def _unscoped_kwargs(takes_key: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+@functools.lru_cache(maxsize=1024)
+def _result_annotation(func: Callable[..., Any]) -> Any:
+    """The return annotation of ``func`` (None if it has none or it does not resolve)."""
+    try:
+        return typing.get_type_hints(func).get("return")
+    except Exception:
+        return None
+
+
 def _warn_unscoped(name: str) -> None:
     if name not in _warned:
         _warned.add(name)
@@ -242,6 +252,8 @@ def effect(
                     return await func(*args, **_unscoped_kwargs(takes_key, kwargs))
                 call = _Call(scope, ename, takes_key, on_in_doubt, wait)
                 store = call.store
+                # a receipt recorded by another process decodes here: allow its classes
+                store.serde.allow_annotations(_result_annotation(func))
                 while True:
                     owner = new_owner()
                     st = await store.astart_receipt(call.key, **call.start_kwargs(owner))
@@ -272,6 +284,7 @@ def effect(
                 return func(*args, **_unscoped_kwargs(takes_key, kwargs))
             call = _Call(scope, ename, takes_key, on_in_doubt, wait)
             store = call.store
+            store.serde.allow_annotations(_result_annotation(func))  # (as above)
             while True:
                 owner = new_owner()
                 st = store.start_receipt(call.key, **call.start_kwargs(owner))
