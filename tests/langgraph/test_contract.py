@@ -137,6 +137,26 @@ def test_owner_dies_after_claiming(store_url: str, tmp_path: Path) -> None:
     assert sum(x.startswith("enter C") for x in entries) == 1
 
 
+@pytest.mark.slow
+def test_recovery_waits_for_the_take_over_with_wait(store_url: str, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """With the store's wait= option one invoke(None) waits out the dead owner's lease
+    and finishes with its value, no retry loop; the warning names the dead owner and the
+    one that takes over."""
+    ledger = tmp_path / "ledger.txt"
+    park_then_kill_resumer(store_url, "wait", 7, ledger)
+    with RemitSaver.from_conn_string(store_url, wait=30) as saver:
+        (dead,) = [c.owner for c in saver.store.list_claims("wait") if c.status == "claimed"]
+        app = w.build(str(ledger)).compile(checkpointer=saver)
+        with caplog.at_level("WARNING", logger="remit"):
+            final = app.invoke(None, {"configurable": {"thread_id": "wait"}})
+        (claim,) = saver.store.list_claims("wait")
+    assert final["x"] == 2 + 7 and final["log"] == "txn-7!"
+    (record,) = [r for r in caplog.records if "takes over the resume" in r.getMessage()]
+    assert dead in record.getMessage() and claim.owner in record.getMessage()
+    assert claim.owner != dead and claim.status == "consumed"
+
+
 def test_fork_flag_bypasses_gate_and_uses_its_own_value(store_url: str, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.txt"
     w.park(store_url, "f", str(ledger))

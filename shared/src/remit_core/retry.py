@@ -50,6 +50,24 @@ def retrying(is_transient: Callable[[BaseException], bool], url: str) -> Retryin
     )
 
 
+def _held(exc: BaseException) -> bool:
+    from remit_core.errors import ConsumeConflict
+
+    return isinstance(exc, ConsumeConflict) and getattr(exc, "status", None) == "claimed"
+
+
+def waiting_for_holder(limit: float, lease: float) -> Retrying:
+    """A tenacity policy for a recovery that meets a held claim: try again while the
+    claim is held (its holder may finish, or its lease run out), for at most ``limit``
+    seconds, then raise the last :class:`~remit_core.ConsumeConflict`."""
+    return Retrying(
+        retry=retry_if_exception(_held),
+        stop=stop_after_delay(limit),
+        wait=wait_exponential(multiplier=0.05, max=max(0.05, min(1.0, lease / 4))),
+        reraise=True,
+    )
+
+
 def call_with_retries(is_transient: Callable[[BaseException], bool], url: str,
                       fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return retrying(is_transient, url)(fn, *args, **kwargs)

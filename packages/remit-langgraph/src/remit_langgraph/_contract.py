@@ -217,8 +217,9 @@ class ConsumeGate:
             raise
         for claim in taken:
             if claim.taken_over:
-                log.warning("remit: thread %s: taking over the resume of %s from %s, whose "
-                            "lease expired (LV)", thread_id, checkpoint_id, claim.owner)
+                log.warning("remit: thread %s: %s takes over the resume of %s from %s, whose "
+                            "lease expired (LV)", thread_id, claim.owner, checkpoint_id,
+                            claim.previous_owner)
         if len(taken) == 1 and taken[0].taken_over and len(parked) <= 1:
             found = _with_claimed_value(found, taken[0].value)
         inv.stack.enter_context(store.keep_alive(functools.partial(self._renew, inv)))

@@ -26,10 +26,10 @@ import functools
 import logging
 import math
 import os
+import secrets
 import socket
 import threading
 import time
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
@@ -50,7 +50,7 @@ from remit_core.records import (
     RunInfo,
     WriteRow,
 )
-from remit_core.retry import retrying
+from remit_core.retry import retrying, waiting_for_holder
 from remit_core.serde import Serde, default_serde
 from remit_core.store import chunks as _chunks
 
@@ -71,8 +71,11 @@ DEFAULT_LEASE = 30.0
 
 
 def new_owner() -> str:
-    """A fresh owner token: host, pid and a nonce (one per claim or effect attempt)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    """A fresh owner token: host, pid and a nonce (one per claim or effect attempt).
+
+    The nonce comes from :mod:`secrets`, not ``uuid.uuid4``, so that remit's bookkeeping
+    does not draw from an application's (or its tests') patched or seeded uuid4."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
 
 
 class Store(ABC):
@@ -96,6 +99,9 @@ class Store(ABC):
         self.url = url
         self.serde = serde or default_serde
         self.lease = lease
+        #: seconds a recovery waits for a claim whose holder has not finished (``wait=``
+        #: URL option; see :meth:`claim_once`)
+        self.wait = 0.0
         #: opened with ``open_store(url, read_only=True)``: every write is refused
         self.read_only = read_only
         self._keeper: _LeaseKeeper | None = None
@@ -398,6 +404,7 @@ class Store(ABC):
         digest: str | None = None,
         value: Any = None,
         lease: float | None = None,
+        wait: float | None = None,
     ) -> Claim:
         """CO: claim a one-time slot; the first writer wins, every other gets
         :class:`ConsumeConflict`.
@@ -406,15 +413,27 @@ class Store(ABC):
         so that after the winner dies (LV) another process can take the slot over and
         finish with the *same* value: a take-over passes ``digest=None`` (any value)
         or the same digest. See :meth:`_claim` for the decision table.
+
+        ``wait`` (seconds; by default the store's ``wait=`` URL option, 0): a recovery
+        (``digest=None``) that meets a claim whose holder has not finished waits up to
+        this long, polling with back-off, for the holder to finish or for its lease to
+        run out (then it takes the claim over). A delivery (``digest`` given) never
+        waits: another delivery won the race.
         """
         data = None if value is None else self.serde.encode(value, record=f"value of claim {key!r}")
-        outcome, row = self._call(
-            self._claim, key, run_id, owner, self.lease if lease is None else lease, digest, data
-        )
-        claim = self._claim_record(row, taken_over=outcome == "taken_over")
-        if outcome in ("won", "reentered", "taken_over"):
-            return claim
-        raise self._claim_conflict(claim, outcome)
+        lease = self.lease if lease is None else lease
+        limit = self.wait if wait is None else wait
+
+        def attempt() -> Claim:
+            outcome, row = self._call(self._claim, key, run_id, owner, lease, digest, data)
+            claim = self._claim_record(row, taken_over=outcome == "taken_over")
+            if outcome in ("won", "reentered", "taken_over"):
+                return claim
+            raise self._claim_conflict(claim, outcome)
+
+        if digest is not None or limit <= 0:
+            return attempt()
+        return waiting_for_holder(limit, self.lease)(attempt)
 
     def consume_claim(self, key: str, *, owner: str, fence: int, digest: str | None = None) -> Claim:
         """Mark a held claim consumed (with the digest of the consumed value). Fenced."""
@@ -467,7 +486,9 @@ class Store(ABC):
                 msg = (f"{where} is held by {claim.owner!r}, which has not consumed it; "
                        f"{lease}. If that process is at work, wait for it to finish and "
                        "reload the run. If it died, retry after the lease runs out (in "
-                       f"{math.ceil(left)} s): the next resume then takes the claim over.")
+                       f"{math.ceil(left)} s): the next resume then takes the claim over. A "
+                       "store opened with the wait=SECONDS URL option makes a recovery (a "
+                       "resume without a new value) wait for that itself.")
             else:
                 msg = (f"{where} is held by {claim.owner!r}, which has not consumed it; "
                        f"{lease}. Retry now: the next resume takes it over.")

@@ -136,6 +136,10 @@ def _text(value: object) -> str:
 OPTIONS: tuple[Option, ...] = (
     Option("lease", ALL, _seconds(gt=0, le=DAY), "a number of seconds, 0 < lease <= 86400",
            30.0, "how long a claim or an in-flight effect stays owned without a heartbeat"),
+    Option("wait", ALL, _seconds(ge=0, le=DAY), "a number of seconds, 0 <= wait <= 86400",
+           0.0, "how long a recovery (a resume that delivers no new value) waits for a "
+           "claim whose holder has not finished -- for it to finish, or for its lease to run "
+           "out and be taken over -- before it raises ConsumeConflict; 0 raises at once"),
     # SQLite
     Option("timeout", frozenset({"sqlite"}), _seconds(ge=0, le=HOUR),
            "a number of seconds, 0 <= timeout <= 3600", 30.0,

@@ -390,10 +390,12 @@ class PostgresStore(Store):
         timeout = str(conninfo_to_dict(conninfo)["connect_timeout"])
         option("postgres", "connect_timeout").parse(  # type: ignore[union-attr]
             timeout, repr(masked), url=masked)
-        return cls(url, conninfo, opts["schema"], serde=serde, lease=opts["lease"],
-                   pool_min=opts["pool_min"], pool_max=opts["pool_max"],
-                   pool_timeout=opts["pool_timeout"], read_only=read_only,
-                   secrets=[password, str(given.get("password") or ""), *secrets])
+        store = cls(url, conninfo, opts["schema"], serde=serde, lease=opts["lease"],
+                    pool_min=opts["pool_min"], pool_max=opts["pool_max"],
+                    pool_timeout=opts["pool_timeout"], read_only=read_only,
+                    secrets=[password, str(given.get("password") or ""), *secrets])
+        store.wait = opts["wait"]
+        return store
 
     def _unavailable(self, exc: BaseException, doing: str, when: str = "") -> StoreUnavailable:
         return StoreUnavailable(

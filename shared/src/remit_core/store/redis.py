@@ -1020,9 +1020,12 @@ class RedisStore(Store):
         opts = parsed.values
         driver_url = urlunsplit((parts.scheme, parts.netloc, parts.path,
                                  urlencode(parsed.driver_query), parts.fragment))
-        return cls(url, driver_url, prefix=opts["prefix"],
-                   durability=opts["durability"] == "required", serde=serde, lease=opts["lease"],
-                   options=parsed.driver_kwargs, read_only=read_only, secrets=secrets)
+        store = cls(url, driver_url, prefix=opts["prefix"],
+                    durability=opts["durability"] == "required", serde=serde,
+                    lease=opts["lease"], options=parsed.driver_kwargs, read_only=read_only,
+                    secrets=secrets)
+        store.wait = opts["wait"]
+        return store
 
     # ----------------------------------------------------------------------------- lifecycle
 

@@ -227,9 +227,11 @@ class SqliteStore(Store):
                     url=masked,
                 )
             path_or_none = str(p)
-        return cls(url, path_or_none, serde=serde, lease=opts["lease"],
-                   synchronous=opts["synchronous"], timeout=opts["timeout"], mode=opts["mode"],
-                   read_only=read_only)
+        store = cls(url, path_or_none, serde=serde, lease=opts["lease"],
+                    synchronous=opts["synchronous"], timeout=opts["timeout"], mode=opts["mode"],
+                    read_only=read_only)
+        store.wait = opts["wait"]
+        return store
 
     # ----------------------------------------------------------------------------- connections
 
