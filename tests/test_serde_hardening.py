@@ -117,10 +117,23 @@ def test_everything_below_the_limit_round_trips() -> None:
     mixed: Any = 1
     for i in range(MAX_DEPTH):
         mixed = ({"k": mixed}, (mixed,), {mixed} if i == 0 else [mixed])[i % 3]
-    for value in (deep_tuple(MAX_DEPTH), nested_list, link_chain(MAX_DEPTH), mixed):
+    def chain(make: Any, n: int) -> Any:
+        value: Any = None
+        for _ in range(n):
+            value = make(value)
+        return value
+
+    kinds = [lambda v: frozenset([v]), lambda v: Pair(1, v)]  # type: ignore[arg-type]
+    keyed = chain(lambda v: {"k": v, (1,): 0}, MAX_DEPTH - 1)  # a tuple key is one level more
+    assert decode(encode(keyed)) == keyed
+    with pytest.raises(SerializationError, match=r"\$(\.k){99}\.<key \(1,\)> nests deeper"):
+        encode({"k": keyed, (1,): 0})
+    for value in (deep_tuple(MAX_DEPTH), nested_list, link_chain(MAX_DEPTH), mixed,
+                  *(chain(make, MAX_DEPTH) for make in kinds)):
         assert decode(encode(value)) == value
         assert digest(value) == digest(decode(encode(value)))
-    for value in (deep_tuple(MAX_DEPTH + 1), [nested_list], link_chain(MAX_DEPTH + 1)):
+    for value in (deep_tuple(MAX_DEPTH + 1), [nested_list], link_chain(MAX_DEPTH + 1),
+                  *(chain(make, MAX_DEPTH + 1) for make in kinds)):
         with pytest.raises(SerializationError, match="nests deeper"):
             encode(value)
         with pytest.raises(SerializationError, match="nests deeper"):

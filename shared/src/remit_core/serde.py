@@ -284,7 +284,8 @@ def _plain_within(frontier: list[Any], room: int) -> bool:
             return True
         if not _PLAIN.issuperset(types_):
             return False
-        frontier = list(compress(items, map(_is_container, map(type, items))))
+        frontier = items if _CONTAINERS.issuperset(types_) else \
+            list(compress(items, map(_is_container, map(type, items))))
         room -= 1
     return False
 
@@ -518,18 +519,19 @@ class Serde:
         out: dict[Any, Any] = {}
         room = level < MAX_DEPTH
         for k, x in d.items():
+            key = k
             if strict or type(k) not in _SCALARS:
                 try:
-                    k = self._lower(k, level, strict, canonical)
+                    key = self._lower(k, level, strict, canonical)
                 except _Refused as refused:
                     refused.segments.append(f".<key {k!r}>")
                     raise
             tx = type(x)
             if not strict and (tx in _SCALARS or (room and not x and (tx is list or tx is dict))):
-                out[k] = x
+                out[key] = x
                 continue
             try:
-                out[k] = self._lower(x, level, strict, canonical)
+                out[key] = self._lower(x, level, strict, canonical)
             except _Refused as refused:
                 refused.segments.append(f".{k}")
                 raise
@@ -745,12 +747,12 @@ class Serde:
         if module_name not in self._allowed_modules:
             return None
         module = sys.modules.get(module_name)
-        if module is None:
+        if module is None and not self._lenient:
             raise UnregisteredType(
                 f"{record} holds a {name}, but module {module_name!r} is not imported in this "
                 "process; import it before reading (remit never imports modules named by "
                 "stored bytes). The record was not used.", record=record, type_name=name)
-        if type(module) is not types.ModuleType:  # a lazy module would load on any access
+        if type(module) is not types.ModuleType:  # (None, or a lazy module: it would load)
             return None
         obj: Any = module.__dict__.get(qual.split(".")[0])
         for part in qual.split(".")[1:]:
