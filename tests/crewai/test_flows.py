@@ -7,6 +7,7 @@ Crash and race tests, with real processes, are in test_contract.py.
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,54 @@ def test_dict_state_must_be_json_as_it_is(store_url: str) -> None:
     assert info.value.field == "when"
     stored = backend.load_state("dict-1")
     assert stored is not None and stored["n"] == 1 and "when" not in stored
+
+
+class Opaque:
+    """A value an ``Any`` field holds and pydantic cannot dump as JSON."""
+
+
+class WithOpaque(BaseModel):
+    count: int = 0
+    payload: Any = None
+
+
+#: the message of a state field that cannot be dumped: the same in every adapter
+#: (tests/pydantic_graph/test_persistence.py checks its own against the same shape)
+UNDUMPABLE = re.compile(
+    r"^invalid state in run '[^']+', step '[^']+': field 'payload': cannot be stored as "
+    r"JSON \(.*Unable to serialize unknown type.*\) \(got Opaque .*\)\. Nothing was written;")
+
+
+def test_a_field_that_cannot_be_dumped_is_a_state_validation_error(store_url: str) -> None:
+    backend = RemitFlowPersistence.from_url(store_url)
+
+    @durable
+    @persist(backend)
+    class OpaqueFlow(Flow[WithOpaque]):
+        _skip_auto_memory = True
+
+        @start()
+        def begin(self) -> str:
+            self.state.count = 1
+            return "ok"
+
+        @listen(begin)
+        def stash(self, _: str) -> str:
+            self.state.payload = Opaque()
+            return "stashed"
+
+    with pytest.raises(StateValidationError) as info:
+        OpaqueFlow().kickoff(inputs={"id": "opaque-1"})
+    err = info.value
+    assert (err.field, err.run_id, err.step) == ("payload", "opaque-1", "e0/stash#0")
+    assert UNDUMPABLE.match(str(err)), str(err)
+    stored = backend.load_state("opaque-1")
+    assert stored is not None and stored["count"] == 1 and stored["payload"] is None
+
+    with pytest.raises(StateValidationError) as direct:  # the backend's own entry point
+        backend.save_state("opaque-2", "m", WithOpaque(payload=[1, {"deep": Opaque()}]))
+    assert direct.value.field == "payload[1].deep"
+    assert backend.load_state("opaque-2") is None
 
 
 # ============================================================================== FD

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -277,6 +278,51 @@ async def _resume(graph: Graph[Any, Any, Any], p: RemitStatePersistence[Any, Any
             pass
     assert run.result is not None
     return run.result.output
+
+
+class Opaque:
+    """A value an ``Any`` field holds and pydantic cannot dump as JSON."""
+
+
+@dataclass
+class Stash:
+    count: int = 0
+    payload: Any = None
+
+
+@dataclass
+class Keep(BaseNode[Stash, None, int]):
+    async def run(self, ctx: GraphRunContext[Stash]) -> Hide:
+        ctx.state.count += 1
+        return Hide()
+
+
+@dataclass
+class Hide(BaseNode[Stash, None, int]):
+    async def run(self, ctx: GraphRunContext[Stash]) -> End[int]:
+        ctx.state.payload = Opaque()
+        return End(ctx.state.count)
+
+
+opaque_graph = Graph(nodes=[Keep, Hide])
+
+#: the same message shape as remit-crewai's (tests/crewai/test_flows.py, UNDUMPABLE)
+UNDUMPABLE = re.compile(
+    r"^invalid state in run '[^']+', step '[^']+': field 'payload': cannot be stored as "
+    r"JSON \(.*Unable to serialize unknown type.*\) \(got Opaque .*\)\. Nothing was written;")
+
+
+def test_a_field_that_cannot_be_dumped_is_a_state_validation_error(store_url: str) -> None:
+    """A state that validates (an Any field) but cannot be dumped: StateValidationError
+    naming the field, in the message shape every adapter uses; nothing is written."""
+    p = persistence(store_url, "opaque", opaque_graph)
+    with pytest.raises(StateValidationError) as info:
+        asyncio.run(opaque_graph.run(Keep(), state=Stash(), persistence=p))
+    err = info.value
+    assert err.field == "payload" and err.run_id == "opaque"
+    assert str(err.step).startswith("Hide:")
+    assert UNDUMPABLE.match(str(err)), str(err)
+    assert statuses(asyncio.run(p.load_all())) == [("Keep", "success"), ("Hide", "error")]
 
 
 # ================================================================ errors, cancellation

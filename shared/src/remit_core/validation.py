@@ -15,6 +15,7 @@ from typing import Any, get_type_hints, is_typeddict
 
 import pydantic
 from pydantic import BaseModel, TypeAdapter
+from pydantic_core import PydanticSerializationError
 
 from remit_core.errors import StateValidationError
 
@@ -112,6 +113,47 @@ class StateSchema:
                 raise _prefixed(exc, name) from None
         return out
 
+    def dump_json(self, values: Any, *, run_id: str | None = None,
+                  step: str | None = None) -> Any:
+        """``values`` (already checked) as JSON-ready data: pydantic's ``mode="json"``,
+        with a serializer warning treated as an error. A value that validates but cannot
+        be dumped (an object in an ``Any`` field, say) raises :class:`StateValidationError`
+        naming the field that holds it, never pydantic's raw serialization error."""
+        try:
+            if self._adapter is not None:
+                return self._adapter.dump_python(values, mode="json", warnings="error")
+            return {name: self._fields.get(name, _ANY).dump_python(
+                        value, mode="json", warnings="error")
+                    for name, value in dict(values).items()}
+        except PydanticSerializationError as exc:
+            raise self.dump_error(values, exc, run_id=run_id, step=step) from None
+
+    def dump_error(self, values: Any, exc: Exception, *, run_id: str | None = None,
+                   step: str | None = None) -> StateValidationError:
+        """The :class:`StateValidationError` for ``exc``, pydantic's error when dumping
+        ``values``: it names the deepest field whose value cannot be dumped."""
+        field, bad = "$", values
+        mapping = _as_mapping(values)
+        if isinstance(mapping, Mapping):
+            for name, value in mapping.items():
+                try:
+                    self._fields.get(name, _ANY).dump_python(value, mode="json",
+                                                             warnings="error")
+                except PydanticSerializationError:
+                    field, bad = _deepest(value, str(name))
+                    break
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        msg = lines[-1] if lines else type(exc).__name__
+        where = f"run {run_id!r}, step {step!r}" if run_id or step else "this state"
+        return StateValidationError(
+            f"invalid state in {where}: field {field!r}: cannot be stored as JSON ({msg}) "
+            f"(got {type(bad).__name__} {bad!r:.60}). Nothing was written; the last valid "
+            f"checkpoint is still the latest. Store a value of a JSON type, a pydantic model "
+            f"or a dataclass there (or declare the field's type), then resume.",
+            run_id=run_id, step=step, field=field,
+            errors=[{"type": "serialization", "loc": field, "msg": msg}],
+        )
+
     def _python_type(self) -> tuple[type, ...]:
         """The schema's class when its instances carry fields (a model or a dataclass)."""
         schema = self.schema
@@ -136,6 +178,35 @@ class StateSchema:
             run_id=run_id, step=step, field=field,
             errors=[dict(e) for e in errors],
         )
+
+
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def _children(value: Any) -> list[tuple[str | int, Any]]:
+    if isinstance(value, BaseModel) or (dataclasses.is_dataclass(value)
+                                        and not isinstance(value, type)):
+        return list(_as_mapping(value).items())
+    if isinstance(value, Mapping):
+        return [(k if isinstance(k, str | int) else repr(k), v) for k, v in value.items()]
+    if isinstance(value, list | tuple | set | frozenset):
+        return list(enumerate(value))
+    return []
+
+
+def _deepest(value: Any, path: str) -> tuple[str, Any]:
+    """Walk down from ``value`` (at ``path``) to the innermost value that cannot be
+    dumped on its own: the field to name. A loop, not recursion."""
+    while True:
+        for key, child in _children(value):
+            try:
+                _ANY.dump_python(child, mode="json", warnings="error")
+            except PydanticSerializationError:
+                value = child
+                path = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}"
+                break
+        else:
+            return path, value
 
 
 class _PrefixedError(Exception):

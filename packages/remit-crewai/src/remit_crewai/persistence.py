@@ -127,18 +127,26 @@ def _json_path_error(value: Any, path: str = "") -> tuple[str, Any] | None:
 
 def dump_state(state: Any, *, flow_id: str, step: str,
                state_type: type[BaseModel] | None = None) -> dict[str, Any]:
-    """CV: the state as JSON-ready data, or :class:`StateValidationError`; writes nothing."""
+    """CV: the state as JSON-ready data, or :class:`StateValidationError`; writes nothing.
+
+    A pydantic state is checked field by field, then dumped as JSON by the core's
+    :meth:`~remit_core.StateSchema.dump_json`: a field that validates but cannot be dumped
+    (an arbitrary object in an ``Any`` field) is a ``StateValidationError`` naming it, in
+    the message every adapter gives, never pydantic's raw serialization error."""
     if isinstance(state, BaseModel):
-        _schema(type(state)).check(state, run_id=flow_id, step=step)
-        return state.model_dump(mode="json")
+        schema = _schema(type(state))
+        schema.check(state, run_id=flow_id, step=step)
+        return _as_dict(schema.dump_json(state, run_id=flow_id, step=step))
     if not isinstance(state, Mapping):
         raise StateValidationError(
             f"invalid state in flow {flow_id!r}, step {step!r}: a flow state is a pydantic "
             f"model or a dict, not {type(state).__name__}. Nothing was written.",
             run_id=flow_id, step=step, field="$")
     if state_type is not None:
-        _schema(state_type).check(dict(state), run_id=flow_id, step=step)
-        return state_type.model_validate(dict(state)).model_dump(mode="json")
+        schema = _schema(state_type)
+        schema.check(dict(state), run_id=flow_id, step=step)
+        return _as_dict(schema.dump_json(state_type.model_validate(dict(state)),
+                                         run_id=flow_id, step=step))
     bad = _json_path_error(state)
     if bad is not None:
         field, value = bad
@@ -151,6 +159,10 @@ def dump_state(state: Any, *, flow_id: str, step: str,
             run_id=flow_id, step=step, field=field)
     copied: dict[str, Any] = json.loads(json.dumps(state))
     return copied
+
+
+def _as_dict(dumped: Any) -> dict[str, Any]:
+    return dict(dumped)
 
 
 class RemitFlowPersistence(FlowPersistence):

@@ -698,6 +698,7 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         try:
             data = adapter.dump_python(snapshot, mode="json", warnings="error")
         except PydanticSerializationError as exc:
+            self._undumpable(snapshot, where)  # names the field, in the core's words
             found = _FIELD.search(str(exc))
             part = "result" if isinstance(snapshot, EndSnapshot) else "node"
             field = f"{part}.{found.group(1)}" if found else part
@@ -713,6 +714,30 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
                 f"snapshot in run {self.run_id!r}, step {where!r} dumped without its node id; "
                 "nothing was written.", run_id=self.run_id, step=where, field="node")
         return data
+
+    def _undumpable(self, snapshot: Snapshot[StateT, RunEndT], where: str) -> None:
+        """Raise the core's StateValidationError for the part of ``snapshot`` that cannot
+        be dumped (a state field as itself, a node field as ``node.<field>``, the end
+        result as ``result[.<field>]``), the same error remit-crewai gives; return when no
+        part alone fails (the caller then names the part)."""
+        parts: list[tuple[str, StateSchema | None, Any]] = [("", self._schema, snapshot.state)]
+        if isinstance(snapshot, NodeSnapshot):
+            parts.append(("node", self._node_schema(type(snapshot.node)), snapshot.node))
+        else:
+            parts.append(("result", self._result_schema, snapshot.result.data))
+        for prefix, schema, value in parts:
+            if schema is None:
+                continue
+            try:
+                schema.dump_json(value, run_id=self.run_id, step=where)
+            except StateValidationError as err:
+                if not prefix:
+                    raise
+                field = prefix if err.field == "$" else f"{prefix}.{err.field}"
+                raise StateValidationError(
+                    str(err).replace("invalid state", f"invalid {prefix}", 1).replace(
+                        f"field {err.field!r}", f"field {field!r}", 1),
+                    run_id=err.run_id, step=err.step, field=field, errors=err.errors) from None
 
     def _node_schema(self, cls: type[Any]) -> StateSchema | None:
         if cls not in self._node_schemas:
