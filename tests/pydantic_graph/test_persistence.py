@@ -325,6 +325,56 @@ def test_a_field_that_cannot_be_dumped_is_a_state_validation_error(store_url: st
     assert statuses(asyncio.run(p.load_all())) == [("Keep", "success"), ("Hide", "error")]
 
 
+def test_rerunning_a_finished_node_is_a_graph_node_status_error(store_url: str,
+                                                                tmp_path: Path) -> None:
+    """Where the stock persistence raises GraphNodeStatusError (a node re-run on a
+    finished snapshot), remit's refusal is that error and a ConsumeConflict at once."""
+    ledger = str(tmp_path / "ledger.txt")
+    p = persistence(store_url, "rerun", w.order_graph)
+    asyncio.run(w.order_graph.run(w.A(), state=w.Order(), deps=w.Deps(ledger), persistence=p))
+    history = asyncio.run(p.load_all())
+    finished = history[1]  # B, status success
+    assert finished.status == "success"
+
+    async def rerun_by_hand() -> None:
+        async with persistence(store_url, "rerun", w.order_graph).record_run(finished.id):
+            raise AssertionError("a finished node must not run again")
+
+    with pytest.raises(GraphNodeStatusError) as info:
+        asyncio.run(rerun_by_hand())
+    assert isinstance(info.value, ConsumeConflict)
+    assert info.value.actual_status == "success" and info.value.run_id == "rerun"
+    assert str(info.value).startswith("Incorrect snapshot status 'success'")
+
+    async def rerun_in_the_graph() -> None:  # the graph API: iter from the finished node
+        q = persistence(store_url, "rerun", w.order_graph)
+        async with w.order_graph.iter(finished.node, state=finished.state,
+                                      deps=w.Deps(ledger), persistence=q) as run:
+            async for _ in run:
+                pass
+
+    try:
+        asyncio.run(rerun_in_the_graph())
+    except GraphNodeStatusError as exc:  # the clause stock-persistence code has
+        assert isinstance(exc, ConsumeConflict)
+    else:
+        raise AssertionError("a finished node must not run again")
+    assert w.lines(ledger).count("enter B") == 1
+
+    async def while_another_runs_it() -> Any:  # stock: GraphNodeStatusError('running')
+        first = persistence(store_url, "busy", w.order_graph)
+        await w.order_graph.initialize(w.A(), first, state=w.Order())
+        (snap,) = await first.load_all()
+        async with first.record_run(snap.id):
+            with pytest.raises(GraphNodeStatusError) as busy:
+                async with persistence(store_url, "busy", w.order_graph).record_run(snap.id):
+                    raise AssertionError("a running node must not run twice")
+        return busy.value
+
+    busy = asyncio.run(while_another_runs_it())
+    assert isinstance(busy, ConsumeConflict) and busy.actual_status == "running"
+
+
 # ================================================================ errors, cancellation
 
 FLAKY: dict[str, Any] = {"raise": True, "block": False, "entered": None, "runs": 0}

@@ -22,7 +22,7 @@ from remit_core import (
     open_store,
 )
 from remit_pydantic_graph._compat import PYDANTIC_GRAPH_VERSION  # first: the version guard
-from remit_pydantic_graph.persistence import RemitStatePersistence
+from remit_pydantic_graph.persistence import NodeStatusConflict, RemitStatePersistence
 
 __version__ = "0.1.0"
 
@@ -31,6 +31,7 @@ __all__ = [
     "ConsumeConflict",
     "CorruptRecord",
     "EffectInDoubt",
+    "NodeStatusConflict",
     "RemitError",
     "RemitStatePersistence",
     "StateValidationError",

@@ -135,6 +135,31 @@ class _Attempt:
     duration: float
 
 
+# ================================================================================ errors
+
+
+class NodeStatusConflict(ConsumeConflict, GraphNodeStatusError):
+    """remit's refusal to run a node whose snapshot finished (``actual_status`` is
+    ``'success'``) or that another process is running (``'running'``): where the stock
+    persistence raises pydantic-graph's ``GraphNodeStatusError``, this is an instance of
+    that error and of :class:`~remit_core.ConsumeConflict`, so ``except
+    GraphNodeStatusError`` clauses written for the stock layer keep working. The message
+    starts as pydantic-graph's does and says who ran the node."""
+
+    def __init__(self, message: str, *, actual_status: SnapshotStatus, key: str,
+                 run_id: str | None = None, step: str | None = None, owner: str | None = None,
+                 consumed_at: float | None = None, status: str | None = None) -> None:
+        text = (f"Incorrect snapshot status {actual_status!r}, must be 'created' or "
+                f"'pending': {message}")
+        # (ConsumeConflict's base chain reaches GraphNodeStatusError.__init__ with the text
+        # as the status; the attributes and args are set right afterwards)
+        ConsumeConflict.__init__(self, text, key=key, run_id=run_id, step=step, owner=owner,
+                                 consumed_at=consumed_at, status=status)
+        self.actual_status = actual_status
+        self.message = text
+        self.args = (text,)
+
+
 # ========================================================================== shared stores
 
 _stores: dict[tuple[int, str, float | None, tuple[tuple[str, str], ...]], Store] = {}
@@ -545,7 +570,10 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         try:
             claim = await self._claim_slot(sid, phase)
         except ConsumeConflict as exc:
-            raise self._conflict(sid, exc) from None
+            holder = None
+            if phase == "running" and exc.status == "claimed":  # is the holder running it?
+                holder = await self._io(self.store.get_claim, self._key(sid))
+            raise self._conflict(sid, exc, phase=phase, holder=holder) from None
         if claim.taken_over:
             log.warning("remit: run %s: taking over snapshot %s, whose owner's lease ran out "
                         "(LV; fence %d)", self.run_id, sid, claim.fence)
@@ -576,7 +604,12 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         return await self._io(self.store.claim_once, self._key(sid), run_id=self.run_id,
                               owner=self._owner, value={"phase": phase}, lease=self.lease)
 
-    def _conflict(self, sid: str, exc: ConsumeConflict) -> ConsumeConflict:
+    def _conflict(self, sid: str, exc: ConsumeConflict, *, phase: str,
+                  holder: Claim | None = None) -> ConsumeConflict:
+        """The refusal of claiming ``sid``. Where the stock persistence's ``record_run``
+        refuses too (it raises GraphNodeStatusError for a node whose snapshot is
+        ``success`` or ``running``), the refusal is a :class:`NodeStatusConflict`, an
+        instance of both errors."""
         if exc.status == "consumed":
             msg = (f"snapshot {sid!r} of run {self.run_id!r} was already run by {exc.owner!r}; "
                    "a parked snapshot is resumed once. Read the run with load_all(), or fork() "
@@ -585,6 +618,17 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
             msg = (f"snapshot {sid!r} of run {self.run_id!r} is being run by {exc.owner!r}; "
                    "another resume won the race. If that process died, the next resume after "
                    "its lease recovers the run.")
+        actual: SnapshotStatus | None = None
+        if phase == "running":  # record_run: the node is about to run
+            if exc.status == "consumed":
+                actual = "success"
+            elif holder is not None and isinstance(holder.value, dict) and \
+                    holder.value.get("phase") == "running":
+                actual = "running"
+        if actual is not None:
+            return NodeStatusConflict(msg, actual_status=actual, key=exc.key, run_id=self.run_id,
+                                      step=sid, owner=exc.owner, consumed_at=exc.consumed_at,
+                                      status=exc.status)
         return ConsumeConflict(msg, key=exc.key, run_id=self.run_id, step=sid, owner=exc.owner,
                                consumed_at=exc.consumed_at, status=exc.status)
 
