@@ -302,8 +302,7 @@ def migrate(source: str | os.PathLike[str], target: str | Store, *,
     flows = read_flows(path, run_id=run_id)  # a bad file: no store is opened
     with contextlib.ExitStack() as stack:
         store = target if isinstance(target, Store) else stack.enter_context(open_store(target))
-        p = RemitFlowPersistence(url=mask_url(store.url))
-        p._store = store
+        p = RemitFlowPersistence.from_url(store)  # the store stays this function's to close
         report = MigrationReport(source=str(path), target=mask_url(store.url))
         plans = [_plan(p, flow, path) for flow in flows]  # every refusal before any write
         for plan in plans:

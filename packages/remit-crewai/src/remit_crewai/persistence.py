@@ -35,14 +35,33 @@ its fields hold the store URL with the password masked, never a secret. The
 open store lives in a process-wide cache keyed by the real URL; a model
 rebuilt from JSON finds it again by its masked URL (or through
 ``REMIT_CREWAI_URL``).
+
+Store lifetime. CrewAI builds backends often (at class definition, from its
+factory, from flow JSON), so backends of one URL share one store (one connection
+pool) per process. Each backend holds it through a :class:`StoreHold`; copies of a
+backend share their hold. A store is closed when its last hold is released:
+
+* ``backend.close()`` (or leaving ``with backend:``) releases that backend's hold
+  at once; a closed backend opens the store again if it is used again;
+* a backend that is garbage-collected releases its hold too. The release is carried
+  out by the next store acquisition or ``close()`` in the process, or at interpreter
+  exit, never inside the garbage collector (closing a pool joins its threads, and the
+  collector may run on any thread, a pool's own included);
+* at interpreter exit every store still open is closed;
+* a :class:`~remit_core.Store` handed to :meth:`RemitFlowPersistence.from_url` is the
+  caller's to close: remit never closes it.
 """
 
 from __future__ import annotations
 
+import atexit
+import collections
+import contextlib
 import json
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -66,21 +85,103 @@ EPOCH_KIND = "crewai-epoch"
 EPOCH_NS = "remit-epoch"
 URL_ENV = "REMIT_CREWAI_URL"
 
-_lock = threading.Lock()
-_stores: dict[tuple[int, str, float | None], Store] = {}
+StoreKey = tuple[int, str, float | None]  # (process, real URL, lease)
+
+_lock = threading.RLock()
+
+
+@dataclass
+class _Shared:
+    store: Store
+    holds: int = 0
+
+
+_stores: dict[StoreKey, _Shared] = {}  # the stores remit opened, with their hold counts
+_borrowed: weakref.WeakValueDictionary[StoreKey, Store] = weakref.WeakValueDictionary()
 _real_urls: dict[str, str] = {}
+# holds whose backend was collected: released by the next acquisition (see the module doc)
+_collected: collections.deque[tuple[StoreKey, Store]] = collections.deque()
 
 
-def shared_store(url: str, lease: float | None = None) -> Store:
-    """One open store per (process, URL, lease): CrewAI builds backends often."""
-    key = (os.getpid(), url, lease)
+class StoreHold:
+    """One reference to a store shared in this process (see "Store lifetime" above).
+
+    ``release()`` gives it back (idempotent); so does the garbage collection of the
+    hold. A hold on a store the caller opened (``borrowed``) never closes it."""
+
+    __slots__ = ("__weakref__", "_finalizer", "key", "store")
+
+    def __init__(self, key: StoreKey, store: Store, *, borrowed: bool = False) -> None:
+        self.key = key
+        self.store = store
+        self._finalizer = None if borrowed else weakref.finalize(
+            self, _collected.append, (key, store))
+
+    @property
+    def released(self) -> bool:
+        return self._finalizer is not None and not self._finalizer.alive
+
+    def release(self) -> None:
+        if self._finalizer is not None and self._finalizer.detach() is not None:
+            _drop(self.key, self.store)
+        _drain()
+
+    def __copy__(self) -> StoreHold:  # a copied backend shares its hold
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> StoreHold:
+        return self
+
+
+def hold_store(url: str, lease: float | None = None) -> StoreHold:
+    """A hold on the store of (this process, ``url``, ``lease``), opened on first use."""
+    key: StoreKey = (os.getpid(), url, lease)
     with _lock:
-        store = _stores.get(key)
-        if store is None:
-            store = open_store(url, lease=lease)
-            _stores[key] = store
         _real_urls[mask_url(url)] = url
-        return store
+        borrowed = _borrowed.get(key)
+        if borrowed is not None:
+            return StoreHold(key, borrowed, borrowed=True)
+        entry = _stores.get(key)
+        if entry is None:
+            entry = _stores[key] = _Shared(open_store(url, lease=lease))
+        entry.holds += 1
+        hold = StoreHold(key, entry.store)
+    _drain()  # after taking this hold: a store in use here is not closed and reopened
+    return hold
+
+
+def _drop(key: StoreKey, store: Store) -> None:
+    if key[0] != os.getpid():  # a hold inherited by a forked child: the parent's store
+        return
+    with _lock:
+        entry = _stores.get(key)
+        if entry is None or entry.store is not store:
+            return
+        entry.holds -= 1
+        if entry.holds > 0:
+            return
+        del _stores[key]
+    with contextlib.suppress(Exception):
+        store.close()
+
+
+def _drain() -> None:
+    while True:
+        try:
+            key, store = _collected.popleft()
+        except IndexError:
+            return
+        _drop(key, store)
+
+
+@atexit.register
+def _close_all() -> None:
+    with _lock:
+        mine = [k for k in _stores if k[0] == os.getpid()]
+        stores = [_stores.pop(k).store for k in mine]
+    for store in stores:
+        with contextlib.suppress(Exception):
+            store.close()
 
 
 def claim_key(flow_id: str, pending_id: str) -> str:
@@ -179,7 +280,7 @@ class RemitFlowPersistence(FlowPersistence):
     url: str = Field(default="")
     lease: float | None = Field(default=None)
 
-    _store: Store | None = PrivateAttr(default=None)
+    _hold: StoreHold | None = PrivateAttr(default=None)
     _state_types: dict[str, type[BaseModel]] = PrivateAttr(default_factory=dict)
 
     @classmethod
@@ -190,26 +291,47 @@ class RemitFlowPersistence(FlowPersistence):
 
         ``lease`` (seconds) bounds how long a dead process holds a method or a
         resume before another process may take over; the store default is 30.
+
+        Backends of one URL share one store in the process; it is closed when the last
+        of them is closed or collected (see :meth:`close`). A ``Store`` passed here
+        stays yours to close.
         """
         if isinstance(url, Store):
             store = url
+            key: StoreKey = (os.getpid(), store.url, None)
             with _lock:
-                _stores.setdefault((os.getpid(), store.url, None), store)
+                if key not in _stores:
+                    _borrowed.setdefault(key, store)
                 _real_urls.setdefault(mask_url(store.url), store.url)
             self = cls(url=mask_url(store.url))
+            self._hold = StoreHold(key, store, borrowed=True)
         else:
-            store = shared_store(url, lease)
             self = cls(url=mask_url(url), lease=lease)
-        self._store = store
+            self._hold = hold_store(url, lease)
         return self
 
     # ------------------------------------------------------------------------------ the store
 
     @property
     def store(self) -> Store:
-        if self._store is None:
-            self._store = shared_store(self._real_url(), self.lease)
-        return self._store
+        hold = self._hold
+        if hold is None or hold.released:
+            hold = self._hold = hold_store(self._real_url(), self.lease)
+        return hold.store
+
+    def close(self) -> None:
+        """Release this backend's hold on its store (and its copies', which share it).
+        The store, and its connection pool, is closed when no backend holds it any more;
+        a closed backend opens it again if it is used again."""
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.release()
+
+    def __enter__(self) -> RemitFlowPersistence:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _real_url(self) -> str:
         with _lock:
@@ -412,4 +534,5 @@ def not_remit(flow: Any) -> RemitError:
         "remit_crewai.use_as_default(url) at start-up.")
 
 
-__all__ = ["ConsumeConflict", "Epoch", "RemitFlowPersistence", "dump_state", "shared_store"]
+__all__ = ["ConsumeConflict", "Epoch", "RemitFlowPersistence", "StoreHold", "dump_state",
+           "hold_store"]
