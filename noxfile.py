@@ -125,6 +125,25 @@ def crewai(session: nox.Session, version: str, store: str) -> None:
 
 
 @nox.session(python=PYTHON)
+@nox.parametrize("store", STORES)
+def crewai_upstream(session: nox.Session, store: str) -> None:
+    """CrewAI's own flow-persistence and human-feedback tests (the tests/ of the released
+    crewai sdist at the uv.lock version, downloaded at run time by tests/upstream/run.py),
+    each on SQLiteFlowPersistence and with RemitFlowPersistence in its place, remit on
+    ``store``. Prints the remit-only failures; fails on any that is not on the documented
+    list in packages/remit-crewai/README.md. Arguments after ``--`` go to pytest."""
+    session.install(
+        "-e", "shared[postgres,redis]", "-e", "packages/remit-crewai",
+        # CrewAI's async tests need pytest-asyncio; two feedback tests build a Claude LLM
+        *locked("crewai", "pytest-asyncio", "anthropic"), *UPSTREAM_TOOLS,
+    )
+    session.run("uv", "pip", "list", external=True)
+    # (the options before the suite's name: test paths may follow it)
+    session.run("python", "-m", "tests.upstream.run", "--store", store, "crewai",
+                *session.posargs, env={"REMIT_REQUIRE_SERVICES": "1"})
+
+
+@nox.session(python=PYTHON)
 @nox.parametrize(("version", "store"), matrix(PYDANTIC_GRAPH))
 def pydantic_graph(session: nox.Session, version: str, store: str) -> None:
     """remit-pydantic-graph on one pydantic-graph release and one backend."""

@@ -58,6 +58,28 @@ SUITES = {
         # the suite's PostgreSQL fixtures expect a docker compose server on port 5442
         env={"NO_DOCKER": "true"},
     ),
+    # CrewAI's flow-persistence and human-feedback tests: the files about saving, loading
+    # and restoring flow state or parking and resuming human feedback (grep: persist,
+    # FlowPersistence, human_feedback, HumanFeedback). Left out: files that only mention
+    # it while testing something else (tracing, telemetry, events, the conversational and
+    # declaration DSLs), those that bring their own in-memory FlowPersistence (ask, the
+    # feedback trace events), and the stock class's own SQLite connection handling. Each
+    # test runs on the stock layer and on remit (the plugin's stock / remit parameter).
+    "crewai": Suite(
+        framework="crewai",
+        plugin="remit_upstream_crewai",
+        readme=ROOT / "packages/remit-crewai/README.md",
+        pairs={"stock": "remit"},
+        args=(
+            "tests/test_flow_persistence.py",
+            "tests/test_flow_persistence_factory.py",
+            "tests/test_flow_default_override.py",
+            "tests/test_flow_resumability_regression.py",
+            "tests/test_async_human_feedback.py",
+            "tests/test_human_feedback_decorator.py",
+            "tests/test_human_feedback_integration.py",
+        ),
+    ),
 }
 
 #: the heading of the README section that holds the documented list
