@@ -51,6 +51,14 @@ class StoreUnavailable(RemitError, ConnectionError):
         super().__init__(message)
 
 
+class StoreClosed(RemitError, RuntimeError):
+    """The store was closed; an operation started after :meth:`Store.close` is refused."""
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        self.url = url
+        super().__init__(message)
+
+
 class StoreVersionError(RemitError):
     """The store was written by a newer remit than this one."""
 

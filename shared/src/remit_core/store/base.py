@@ -34,7 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from remit_core.errors import ConsumeConflict, LeaseLost, StoreConfigError
+from remit_core.errors import ConsumeConflict, LeaseLost, StoreClosed, StoreConfigError
 from remit_core.records import (
     BlobRow,
     Checkpoint,
@@ -68,6 +68,9 @@ T = TypeVar("T")
 
 DEFAULT_LEASE = 30.0
 """Seconds a claim or an in-flight effect stays owned without a heartbeat (LV bound)."""
+
+CLOSE_WAIT = 30.0
+"""Seconds :meth:`Store.close` waits for operations in flight to finish."""
 
 
 def new_owner() -> str:
@@ -106,11 +109,24 @@ class Store(ABC):
         self.read_only = read_only
         self._keeper: _LeaseKeeper | None = None
         self._keeper_lock = threading.Lock()
+        # operations in flight, so that close() never pulls a connection from under one
+        # (an executor thread still writing when an event loop shuts down, say)
+        self._inflight = 0
+        self._inflight_cond = threading.Condition()
+        self._closed = False
 
     # ================================================================================== lifecycle
 
     def close(self) -> None:
-        """Release connections. The store must not be used afterwards."""
+        """Release connections. The store must not be used afterwards.
+
+        Operations already running finish first (waited for up to ``CLOSE_WAIT``
+        seconds); any started afterwards raise :class:`StoreClosed`."""
+        with self._inflight_cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._inflight_cond.wait_for(lambda: self._inflight == 0, timeout=CLOSE_WAIT)
         if self._keeper is not None:
             self._keeper.stop()
         self._close()
@@ -137,6 +153,22 @@ class Store(ABC):
                 f"{self.url!r} was opened read-only (open_store(url, read_only=True)); "
                 f"{fn.__name__.lstrip('_').replace('_', ' ')} writes, so it was refused. Open "
                 "the store without read_only to change it.", url=self.url)
+        with self._inflight_cond:
+            if self._closed:
+                raise StoreClosed(
+                    f"{self.url!r} was closed; {getattr(fn, '__name__', 'an operation')} "
+                    "started afterwards was refused. Open the store again (open_store(url)) "
+                    "or keep it open while the work that uses it runs.", url=self.url)
+            self._inflight += 1
+        try:
+            return self._attempts(fn, *args, **kwargs)
+        finally:
+            with self._inflight_cond:
+                self._inflight -= 1
+                if self._inflight == 0 and self._closed:
+                    self._inflight_cond.notify_all()
+
+    def _attempts(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
@@ -852,5 +884,7 @@ class _LeaseKeeper:
                 try:
                     if not fn():
                         self.remove(t)
+                except StoreClosed:  # the store closed under its holder: nothing to renew
+                    self.remove(t)
                 except Exception:  # a failed renewal is retried on the next period
                     log.warning("remit: lease renewal failed", exc_info=True)
