@@ -19,6 +19,7 @@ consume-once off) are at the end.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import operator
 import subprocess
 import sys
@@ -446,6 +447,70 @@ def test_an_answered_id_is_refused_by_remit_without_strict_resume(saver: RemitSa
 
     assert refused.value.status == "consumed"
     assert run(graph, Command(resume={ids["b?"]: "no"}), config, mode)["log"] == ["a:yes", "b:no"]
+
+
+# ================================================================ a reader in a fresh process
+
+
+class Order(BaseModel):
+    sku: str
+    qty: int
+
+
+@dataclasses.dataclass
+class Audit:
+    by: str
+    notes: list[str]
+
+
+class OrderState(TypedDict, total=False):
+    order: Order
+    audit: Audit
+    log: Annotated[list[str], operator.add]
+
+
+def order_graph(saver: RemitSaver) -> Any:
+    def ask(state: OrderState) -> dict[str, Any]:
+        answer = interrupt(f"ship {state['order'].qty}?")
+        return {"log": [f"ship:{answer}"], "audit": Audit("ops", [*state["audit"].notes, "ok"])}
+
+    return StateGraph(OrderState).add_node("ask", ask).add_edge(START, "ask").compile(
+        checkpointer=saver)
+
+
+def _in_fresh_process(url: str, thread_id: str, mode: str, step: str) -> Any:
+    with RemitSaver.from_conn_string(url) as saver:  # no schema=: the graph's types
+        graph = order_graph(saver)
+        config = {"configurable": {"thread_id": thread_id}}
+        if step == "park":
+            return run(graph, {"order": Order(sku="a-1", qty=2), "audit": Audit("me", [])},
+                       config, mode)["__interrupt__"][0].value
+        if step == "read":
+            state = (graph.get_state(config) if mode == "sync"
+                     else asyncio.run(graph.aget_state(config)))
+            history = list(graph.get_state_history(config))
+            return type(state.values["order"]).__name__, state.values["order"].qty, len(history)
+        return run(graph, Command(resume="yes"), config, mode)
+
+
+def test_a_fresh_process_reads_the_graphs_own_types(store_url: str, mode: str) -> None:
+    """A reader that never wrote the thread's values -- a recovery worker, another host --
+    rebuilds the classes the graph's state declares, without schema=: the graph's channel
+    types are allowed before its state is read."""
+    import multiprocessing as mp
+
+    config = thread()["configurable"]["thread_id"]
+    with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+        asked = pool.apply(_in_fresh_process, (store_url, config, mode, "park"))
+    with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+        read = pool.apply(_in_fresh_process, (store_url, config, mode, "read"))
+    with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+        done = pool.apply(_in_fresh_process, (store_url, config, mode, "resume"))
+
+    assert asked == "ship 2?"
+    assert read[:2] == ("Order", 2) and read[2] >= 2
+    assert done["log"] == ["ship:yes"] and done["audit"] == Audit("ops", ["ok"])
+    assert done["order"] == Order(sku="a-1", qty=2)
 
 
 # ===================================================================================== seams

@@ -385,6 +385,12 @@ class ConsumeGate:
 class _Hooks:
     """What the seam calls: one invocation's entry and exit, and RD's id choice."""
 
+    def graph_types(self, checkpointer: Any, channels: Any) -> None:
+        from remit_langgraph.saver import RemitSaver
+
+        if isinstance(checkpointer, RemitSaver) and channels:
+            checkpointer.allow_channels(channels)
+
     def entered(self, loop: Any) -> None:
         from remit_langgraph.saver import RemitSaver
 

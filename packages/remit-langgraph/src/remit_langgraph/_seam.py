@@ -18,6 +18,9 @@ loop attributes ``input``, ``is_nested``,       read while the loop enters: the 
 global ``_loop.create_checkpoint`` it calls     there; remit derives it instead (RD)
 ``Pregel.bulk_update_state`` /                  wrapped: a ``put`` made for
 ``abulk_update_state``                          ``update_state`` (FD forks)
+``Pregel.get_state`` / ``get_state_history``    wrapped, as the loop's entry: the
+(and async), ``Pregel.channels``, loop          graph's channel types are allowed in the
+``specs``                                       envelope before its state is read
 ``pregel._utils.is_xxh3_128_hexdigest``         LangGraph's rule for "this resume value is
                                                 a map of interrupt ids"
 ``pregel._task_status.read_task_statuses``      LangGraph's rule for pending interrupts,
@@ -39,6 +42,7 @@ cheap part of that check on every checkpoint load, so a seam undone after import
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib
@@ -131,7 +135,8 @@ except ImportError:  # langgraph before delta channels
 for _cls, _names in ((SyncPregelLoop, ("__enter__", "__exit__")),
                      (AsyncPregelLoop, ("__aenter__", "__aexit__")),
                      (PregelLoop, ("_put_checkpoint",)),
-                     (Pregel, ("bulk_update_state", "abulk_update_state"))):
+                     (Pregel, ("bulk_update_state", "abulk_update_state", "get_state",
+                               "aget_state", "get_state_history", "aget_state_history"))):
     for _name in _names:
         if _name not in vars(_cls) and not getattr(getattr(_cls, _name, None), "__remit__", False):
             raise LangGraphSeamError(f"{_cls.__module__}.{_cls.__qualname__}.{_name}",
@@ -233,12 +238,14 @@ def new_interrupt_ids(writes: Sequence[tuple[str, Any]]) -> set[str]:
 
 
 class Hooks(Protocol):
+    def graph_types(self, checkpointer: Any, channels: Any) -> None: ...
     def entered(self, loop: Any) -> None: ...
     def exited(self, loop: Any, *, ok: bool) -> None: ...
     def derive_id(self, loop: Any, parent: Any, channels: Any, step: int, new: Any) -> None: ...
 
 
 class _NoHooks:
+    def graph_types(self, checkpointer: Any, channels: Any) -> None: return None
     def entered(self, loop: Any) -> None: return None
     def exited(self, loop: Any, *, ok: bool) -> None: return None
     def derive_id(self, loop: Any, parent: Any, channels: Any, step: int, new: Any) -> None:
@@ -276,6 +283,7 @@ def _install_loops() -> dict[str, Any]:
 
     @functools.wraps(enter)
     def __enter__(self: Any) -> Any:
+        _hooks.graph_types(getattr(self, "checkpointer", None), getattr(self, "specs", None))
         token = _entering.set(self)
         try:
             result = enter(self)
@@ -306,6 +314,7 @@ def _install_loops() -> dict[str, Any]:
 
     @functools.wraps(aenter)
     async def __aenter__(self: Any) -> Any:
+        _hooks.graph_types(getattr(self, "checkpointer", None), getattr(self, "specs", None))
         token = _entering.set(self)
         try:
             result = await aenter(self)
@@ -389,6 +398,47 @@ def _install_updates() -> None:
     Pregel.abulk_update_state = _mark(abulk_update_state)
 
 
+def _graph_types(graph: Any) -> None:
+    """Before a graph's state is read, tell its RemitSaver the graph's channel types
+    (and its subgraphs'), so that a reader in a fresh process can rebuild them."""
+    _hooks.graph_types(getattr(graph, "checkpointer", None), getattr(graph, "channels", None))
+    with contextlib.suppress(Exception):  # a graph whose subgraphs cannot be listed
+        for _, sub in graph.get_subgraphs(recurse=True):
+            _hooks.graph_types(getattr(graph, "checkpointer", None),
+                               getattr(sub, "channels", None))
+
+
+def _install_reads() -> None:
+    get_state, aget_state = vars(Pregel)["get_state"], vars(Pregel)["aget_state"]
+    history, ahistory = vars(Pregel)["get_state_history"], vars(Pregel)["aget_state_history"]
+
+    @functools.wraps(get_state)
+    def _get_state(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _graph_types(self)
+        return get_state(self, *args, **kwargs)
+
+    @functools.wraps(aget_state)
+    async def _aget_state(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _graph_types(self)
+        return await aget_state(self, *args, **kwargs)
+
+    @functools.wraps(history)
+    def _get_state_history(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _graph_types(self)
+        yield from history(self, *args, **kwargs)
+
+    @functools.wraps(ahistory)
+    async def _aget_state_history(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _graph_types(self)
+        async for snapshot in ahistory(self, *args, **kwargs):
+            yield snapshot
+
+    Pregel.get_state = _mark(_get_state)
+    Pregel.aget_state = _mark(_aget_state)
+    Pregel.get_state_history = _mark(_get_state_history)
+    Pregel.aget_state_history = _mark(_aget_state_history)
+
+
 _installed: dict[str, Any] = {}
 
 
@@ -401,12 +451,14 @@ def install(hooks: Hooks) -> None:
     _installed.update(_install_loops())
     _install_ids()
     _install_updates()
+    _install_reads()
 
 
 _WRAPPED = ((SyncPregelLoop, "__enter__"), (SyncPregelLoop, "__exit__"),
             (AsyncPregelLoop, "__aenter__"), (AsyncPregelLoop, "__aexit__"),
             (PregelLoop, "_put_checkpoint"), (Pregel, "bulk_update_state"),
-            (Pregel, "abulk_update_state"))
+            (Pregel, "abulk_update_state"), (Pregel, "get_state"), (Pregel, "aget_state"),
+            (Pregel, "get_state_history"), (Pregel, "aget_state_history"))
 
 
 def verify() -> None:

@@ -158,6 +158,8 @@ class RemitSaver(BaseCheckpointSaver[str]):
         if self._schema is not None:  # a reader of another process's writes decodes them
             store.serde.allow_annotations(self._schema.schema)
         self._gate = ConsumeGate(self)
+        # graphs whose channel types were allowed in the envelope (by id of their channels)
+        self._allowed: dict[int, Mapping[str, Any]] = {}
         # CV: a node write refused by put_writes, by the checkpoint it was written against,
         # so that the refusal of the next checkpoint names the node rather than the step
         self._refused: dict[tuple[str, str, str], StateValidationError] = {}
@@ -498,6 +500,26 @@ class RemitSaver(BaseCheckpointSaver[str]):
             if len(self._imported) > 100_000:
                 self._imported.clear()
             self._imported.add(thread_id)
+
+    # ================================================================================= types
+
+    def allow_channels(self, channels: Mapping[str, Any]) -> None:
+        """Allow the classes a graph's channels are declared with (their value and
+        update types) in the store's envelope, so that a process that did not write a
+        value can still read it. Called by the seam before a graph's loop loads its
+        checkpoint and before ``get_state``/``get_state_history``; once per graph."""
+        key = id(channels)
+        if self._allowed.get(key) is channels:
+            return
+        annotations: list[Any] = []
+        for channel in channels.values():
+            for attr in ("ValueType", "UpdateType"):
+                with contextlib.suppress(Exception):  # a channel without a declared type
+                    annotations.append(getattr(channel, attr))
+        self.store.serde.allow_annotations(*annotations)
+        if len(self._allowed) > 1000:
+            self._allowed.clear()
+        self._allowed[key] = channels
 
     # =============================================================================== versions
 
