@@ -34,6 +34,7 @@ from crewai.flow.persistence import persist
 from crewai.flow.persistence.sqlite import SQLiteFlowPersistence
 from pydantic import BaseModel
 
+from remit_core.urls import with_options
 from remit_crewai import ConsumeConflict, RemitFlowPersistence, durable, effect
 from remit_crewai import _durable as _d
 from remit_crewai import persistence as _p
@@ -42,6 +43,7 @@ from tests.workers import note
 
 BREAK = os.environ.get("REMIT_TEST_BREAK", "")
 LEASE = 1.0
+WAIT = 20 * LEASE
 
 if BREAK == "crewai-receipts":
     _d._wrap_method = lambda name, meth: meth  # type: ignore[assignment]
@@ -144,7 +146,8 @@ class Park:
 def _backend(url: str, stock: bool) -> Any:
     if stock:
         return SQLiteFlowPersistence(db_path=url)
-    return RemitFlowPersistence.from_url(url, lease=LEASE)
+    # a recovery waits for a dead resumer's lease (1 s) instead of raising at once
+    return RemitFlowPersistence.from_url(with_options(url, wait=WAIT), lease=LEASE)
 
 
 @functools.cache
@@ -380,7 +383,7 @@ def resume_and_hang(url: str, flow_id: str, value: str, *, conn: Connection) -> 
 def kill_after(url: str, name: str, flow_id: str, ledger: str, n: int) -> int:
     """Run a flow and SIGKILL this process right after its n-th store write returns
     (n = 0: count the writes of an uncrashed run and return the count)."""
-    backend = RemitFlowPersistence.from_url(url, lease=LEASE)
+    backend = _backend(url, False)  # the store the flows use
     store = backend.store
     calls = 0
     for op in ("put_checkpoint", "put_writes", "start_receipt", "complete_receipt",

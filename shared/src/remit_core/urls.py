@@ -131,3 +131,15 @@ def password_hint(url: str) -> str:
 
 
 __all__ = ["leaks", "mask_url", "password_hint", "scrub", "scrub_lines", "url_secrets"]
+
+
+def with_options(url: str, **options: object) -> str:
+    """``url`` with ``name=value`` query options appended (``?`` or ``&`` as needed).
+
+    Works on the raw string, like the masking above, so a password holding ``?`` is
+    not mistaken for the start of the query (the options then follow it as well, and
+    the store refuses the URL with a message, rather than losing the password)."""
+    if not options:
+        return url
+    query = "&".join(f"{name}={value}" for name, value in options.items())
+    return f"{url}{'&' if '?' in url else '?'}{query}"

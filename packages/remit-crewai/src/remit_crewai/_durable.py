@@ -35,7 +35,6 @@ import functools
 import inspect
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -296,19 +295,10 @@ async def _resume(flow: Any, feedback: str | None, original: Callable[..., Any])
 def _claim(store: Store, key: str, flow_id: str, owner: str, digest: str | None,
            feedback: str | None) -> Claim:
     """Claim the parked feedback. A delivery (``feedback`` given) that loses raises at once;
-    a recovery (``feedback=None``) waits, bounded by twice the lease, for a holder that
-    looks alive to finish or for its lease to run out."""
-    deadline = time.monotonic() + 2 * store.lease
-    pause = 0.05
-    while True:
-        try:
-            return store.claim_once(key, run_id=flow_id, owner=owner, digest=digest,
-                                    value=feedback)
-        except ConsumeConflict as exc:
-            if feedback is not None or exc.status != "claimed" or time.monotonic() > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.5)
+    a recovery (``feedback=None``) that meets a holder which has not finished waits as the
+    store's ``wait=`` URL option says (0, the default: it raises at once), as in every
+    adapter (:meth:`remit_core.Store.claim_once`)."""
+    return store.claim_once(key, run_id=flow_id, owner=owner, digest=digest, value=feedback)
 
 
 def _patch_kickoff(cls: type) -> None:

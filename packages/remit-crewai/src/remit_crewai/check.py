@@ -58,6 +58,7 @@ from remit_core.check.harness import (  # noqa: E402
     use_layer,
 )
 from remit_core.check.harness import crash as _crash_in  # noqa: E402
+from remit_core.urls import with_options  # noqa: E402
 
 FRAMEWORK = "crewai"
 LAYERS = {"stock": "remit_crewai.check:stock_persistence",
@@ -75,7 +76,9 @@ def stock_persistence(directory: str) -> FlowPersistence:
 def remit_persistence(directory: str) -> FlowPersistence:
     from remit_crewai import RemitFlowPersistence
 
-    return RemitFlowPersistence.from_url(remit_url(directory), lease=LEASE)
+    # a recovery waits for a dead resumer's lease instead of raising at once (wait=)
+    return RemitFlowPersistence.from_url(with_options(remit_url(directory), wait=20 * LEASE),
+                                         lease=LEASE)
 
 
 # ================================================================================== flows

@@ -615,9 +615,10 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
                    "a parked snapshot is resumed once. Read the run with load_all(), or fork() "
                    "to branch from it.")
         else:
-            msg = (f"snapshot {sid!r} of run {self.run_id!r} is being run by {exc.owner!r}; "
-                   "another resume won the race. If that process died, the next resume after "
-                   "its lease recovers the run.")
+            msg = (f"snapshot {sid!r} of run {self.run_id!r} is being run by {exc.owner!r}, "
+                   f"which has not finished it ({exc}) A resume with the store's wait=SECONDS "
+                   "option waits for it to finish or for its lease to run out (then it "
+                   "recovers the run) instead of raising.")
         actual: SnapshotStatus | None = None
         if phase == "running":  # record_run: the node is about to run
             if exc.status == "consumed":
