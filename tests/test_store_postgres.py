@@ -22,6 +22,7 @@ from psycopg_pool import PoolClosed, PoolTimeout
 from remit_core import ConsumeConflict, open_store
 from remit_core.errors import (
     ForeignSchemaError,
+    StoreClosed,
     StoreConfigError,
     StoreUnavailable,
     StoreVersionError,
@@ -111,7 +112,7 @@ def test_closed_store_fails_fast_without_retries(pg_url: str) -> None:
     s = open_store(pg_url)
     s.close()
     t0 = time.monotonic()
-    with pytest.raises(PoolClosed):
+    with pytest.raises(StoreClosed, match="was closed"):
         s.get_checkpoint("r")
     assert time.monotonic() - t0 < 1.0
 

@@ -13,10 +13,12 @@ from remit_core import (
     CorruptRecord,
     EffectInDoubt,
     RemitError,
+    SerializationError,
     StateValidationError,
     effect,
     open_store,
 )
+from remit_core.errors import UnregisteredType
 from remit_core.migrate import MigrationError
 from remit_langgraph._seam import LangGraphSeamError
 from remit_langgraph.saver import RemitSaver
@@ -31,7 +33,9 @@ __all__ = [
     "MigrationError",
     "RemitError",
     "RemitSaver",
+    "SerializationError",
     "StateValidationError",
+    "UnregisteredType",
     "effect",
     "open_store",
 ]
