@@ -32,7 +32,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import gc
-import json
 import os
 import shutil
 import sys
@@ -61,7 +60,9 @@ os.environ.update({
     "OTEL_SDK_DISABLED": "true",
 })
 
+import remit_upstream_report as _report  # noqa: E402
 import remit_upstream_stores as _stores  # noqa: E402  (after the environment is set)
+from remit_upstream_report import pytest_runtest_logreport  # noqa: E402, F401  (a hook)
 
 NAME = "SQLiteFlowPersistence"
 LAYER = "remit_layer"
@@ -221,33 +222,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     remit_ran = any(e["nodeid"].endswith("-remit]") or e["nodeid"].endswith("[remit]")
-                    for e in _outcomes.values())
+                    for e in _report.outcomes())
     if remit_ran and _built["remit"] == 0:
         print(f"\nremit_upstream_crewai: no remit test built a remit backend: the {NAME} "
               "replacement never took effect", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
         return
-    path = os.environ.get("REMIT_UPSTREAM_REPORT")
-    if not path:
-        return
-    with open(path, "w", encoding="utf-8") as out:
-        for entry in _outcomes.values():
-            out.write(json.dumps(entry) + "\n")
-
-
-# --------------------------------------------------------------------------------- outcomes
-
-_outcomes: dict[str, dict[str, Any]] = {}
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    entry = _outcomes.setdefault(report.nodeid, {"nodeid": report.nodeid,
-                                                  "outcome": "passed", "message": ""})
-    if report.failed:
-        if entry["outcome"] != "failed":
-            crash = getattr(report.longrepr, "reprcrash", None)
-            message = getattr(crash, "message", None) or str(report.longrepr)[-2000:]
-            entry["message"] = f"{report.when}: {message}"
-        entry["outcome"] = "failed"
-    elif report.skipped and entry["outcome"] == "passed":
-        entry["outcome"] = "skipped"
+    _report.write()

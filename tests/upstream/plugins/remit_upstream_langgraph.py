@@ -18,14 +18,14 @@ silently ran nothing would pass.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 from typing import Any
 
 import pytest
+import remit_upstream_report as _report
 import remit_upstream_stores as _stores
+from remit_upstream_report import pytest_runtest_logreport  # noqa: F401  (a hook)
 
 SYNC = "sync_checkpointer"
 ASYNC = "async_checkpointer"
@@ -96,28 +96,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-_outcomes: dict[str, dict[str, Any]] = {}
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    entry = _outcomes.setdefault(report.nodeid, {"nodeid": report.nodeid,
-                                                  "outcome": "passed", "message": ""})
-    if report.failed:
-        if entry["outcome"] != "failed":
-            crash = getattr(report.longrepr, "reprcrash", None)
-            message = getattr(crash, "message", None) or str(report.longrepr)[-2000:]
-            entry["message"] = f"{report.when}: {message}"
-        entry["outcome"] = "failed"
-    elif report.skipped and entry["outcome"] == "passed":
-        entry["outcome"] = "skipped"
-
-
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    path = os.environ.get("REMIT_UPSTREAM_REPORT")
-    if not path:
-        return
-    with open(path, "w", encoding="utf-8") as out:
-        for entry in _outcomes.values():
-            out.write(json.dumps(entry) + "\n")
-
-
+    _report.write()
