@@ -156,6 +156,11 @@ def pydantic_graph(session: nox.Session, version: str, store: str) -> None:
 # What the released test suites import beyond the framework (tests/upstream/run.py
 # downloads the suite itself with pip download).
 UPSTREAM_TOOLS = locked("pytest", "pytest-timeout", "pytest-mock", "syrupy", "pip")
+# langgraph 1.0.0 allows langgraph-prebuilt 1.0.x, whose newest releases import what
+# langgraph 1.0.0 does not have (langgraph.runtime.ExecutionInfo), and its stock
+# AsyncSqliteSaver (langgraph-checkpoint-sqlite 2.0.x) calls aiosqlite's
+# Connection.is_alive, gone in aiosqlite 0.22: its suite needs the releases of its time
+UPSTREAM_PINS = {"1.0.0": ["langgraph-prebuilt==1.0.0", "aiosqlite<0.22"]}
 
 
 @nox.session(python=PYTHON)
@@ -167,8 +172,8 @@ def langgraph_upstream(session: nox.Session, version: str, store: str) -> None:
     not on the documented list in packages/remit-langgraph/README.md."""
     session.install(
         "-e", "shared[postgres,redis]", "-e", "packages/remit-langgraph",
-        *LANGGRAPH[version], *UPSTREAM_TOOLS, "psycopg[binary]", "psycopg-pool", "redis",
-        "httpx",
+        *LANGGRAPH[version], *UPSTREAM_PINS.get(version, []), *UPSTREAM_TOOLS,
+        "psycopg[binary]", "psycopg-pool", "redis", "httpx",
     )
     session.run("uv", "pip", "list", external=True)
     session.run("python", "-m", "tests.upstream.run", "langgraph", "--store", store,

@@ -4,7 +4,8 @@
 
 1. downloads the sdist of the *installed* release of the framework with ``pip download``
    (cached under ``$REMIT_UPSTREAM_CACHE``, default ``~/.cache/remit/upstream``) and
-   unpacks its ``tests/``; nothing of it is copied into this repository;
+   keeps its ``tests/`` and pytest configuration (not its source: the installed release
+   is what is tested); nothing of it is copied into this repository;
 2. runs those tests with a plugin of ours (``plugins/remit_upstream_<framework>.py``) that
    puts remit's adapter beside the stock layer in the suite's persistence fixtures;
 3. pairs every remit test with its stock twin and prints the *remit-only failures*: tests
@@ -102,9 +103,15 @@ def documented(readme: Path) -> list[str]:
     return ids
 
 
+#: what is kept of an unpacked sdist: its tests and the pytest configuration; not the
+#: package's source, which would shadow the installed release on sys.path (the run's
+#: working directory is the sdist's root)
+KEEP = ("tests", "pyproject.toml", "conftest.py")
+
+
 def sdist(framework: str, version: str) -> Path:
-    """The unpacked sdist of ``framework==version`` (downloaded once)."""
-    target = CACHE / f"{framework}-{version}"
+    """The tests of the released sdist of ``framework==version`` (downloaded once)."""
+    target = CACHE / f"{framework}-{version}-tests"
     if (target / "tests").is_dir():
         return target
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -117,7 +124,12 @@ def sdist(framework: str, version: str) -> Path:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         (unpacked,) = (p for p in Path(tmp).iterdir() if p.is_dir())
-        unpacked.rename(target)
+        kept = Path(tmp) / "kept"
+        kept.mkdir()
+        for name in KEEP:
+            if (unpacked / name).exists():
+                (unpacked / name).rename(kept / name)
+        kept.rename(target)
     return target
 
 
@@ -180,7 +192,7 @@ def compare(outcomes: Sequence[dict[str, str]], pairs: dict[str, str],
         elif base["outcome"] == "failed" and entry["outcome"] == "passed":
             stock_only.append(remit_id)
     allowed_set = set(allowed)
-    ran = {remit_id for remit_id, _ in remit.values()}
+    passed = {remit_id for remit_id, entry in remit.values() if entry["outcome"] == "passed"}
     return Comparison(
         stock=count(list(stock.values())),
         remit=count([e for _, e in remit.values()]),
@@ -188,7 +200,7 @@ def compare(outcomes: Sequence[dict[str, str]], pairs: dict[str, str],
         stock_only=stock_only,
         listed=[t for t in remit_only if t in allowed_set],
         unlisted={t: m for t, m in remit_only.items() if t not in allowed_set},
-        listed_but_passing=[t for t in allowed if t in ran and t not in remit_only],
+        listed_but_passing=[t for t in allowed if t in passed],
     )
 
 
