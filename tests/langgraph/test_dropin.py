@@ -449,6 +449,52 @@ def test_an_answered_id_is_refused_by_remit_without_strict_resume(saver: RemitSa
     assert run(graph, Command(resume={ids["b?"]: "no"}), config, mode)["log"] == ["a:yes", "b:no"]
 
 
+# ============================================================ what a failed or local value reads
+
+
+def test_a_node_error_reads_back_as_the_stock_savers_give_it(saver: RemitSaver,
+                                                            mode: str) -> None:
+    """An ``__error__`` write is what LangGraph's serializer makes of an exception: its
+    repr, a str (user code does ``"RuntimeError(" in task.error``)."""
+    def fail(state: State) -> dict[str, Any]:
+        raise RuntimeError("card declined")
+
+    graph = StateGraph(State).add_node("pay", fail).add_edge(START, "pay").compile(
+        checkpointer=saver)
+    config = thread()
+    with pytest.raises(RuntimeError, match="card declined"):
+        run(graph, {"log": []}, config, mode)
+
+    state = graph.get_state(config) if mode == "sync" else asyncio.run(graph.aget_state(config))
+    (task,) = state.tasks
+    assert task.error == "RuntimeError('card declined')" and "RuntimeError(" in task.error
+    writes = saver.get_tuple(config).pending_writes  # type: ignore[union-attr]
+    assert [v for _, ch, v in writes if ch == "__error__"] == ["RuntimeError('card declined')"]
+
+
+def test_a_class_defined_inside_a_function_reads_back(saver: RemitSaver, mode: str) -> None:
+    """A state value of a class declared in a function (``<locals>``) is read back by
+    the process that wrote it: the thread stays readable and resumable."""
+    class Inner(BaseModel):
+        yo: int
+
+    # (the functional form: this module's annotations are strings, and LangGraph resolves
+    # a TypedDict's in the module, where a class declared here is not)
+    LocalState = TypedDict("LocalState", {"inner": Inner, "log": list[str]}, total=False)  # noqa: UP013
+
+    def ask(state: Any) -> dict[str, Any]:
+        return {"log": [f"{state['inner'].yo}:{interrupt('go?')}"]}
+
+    graph = StateGraph(LocalState).add_node("ask", ask).add_edge(START, "ask").compile(
+        checkpointer=saver)
+    config = thread()
+    run(graph, {"inner": Inner(yo=1), "log": []}, config, mode)
+
+    state = graph.get_state(config) if mode == "sync" else asyncio.run(graph.aget_state(config))
+    assert state.values["inner"] == Inner(yo=1) and state.next == ("ask",)
+    assert run(graph, Command(resume="yes"), config, mode)["log"] == ["1:yes"]
+
+
 # ================================================================ a reader in a fresh process
 
 
