@@ -493,6 +493,12 @@ class Store(ABC):
     def list_claims(self, run_id: str | None = None) -> list[Claim]:
         return [self._claim_record(r) for r in self._call(self._list_claims, run_id)]
 
+    def claim_conflict(self, claim: Claim, outcome: ClaimOutcome = "consumed") -> ConsumeConflict:
+        """The :class:`ConsumeConflict` that :meth:`claim_once` raises for ``claim`` (read
+        with :meth:`get_claim`) and ``outcome``: for an adapter that finds a slot consumed
+        without claiming it, so the refusal reads the same."""
+        return self._claim_conflict(claim, outcome)
+
     def _claim_conflict(self, claim: Claim, outcome: ClaimOutcome) -> ConsumeConflict:
         """The refusal of a claim, saying who holds it, whether the holder's lease still
         runs (until when, and for how long) or has lapsed, and what to do."""
