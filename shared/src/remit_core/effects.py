@@ -1,6 +1,7 @@
-"""EO: ``@effect`` and the per-step scope that adapters set.
+"""EO: ``@effect``, keyed by the per-step scope that adapters set.
 
-An adapter wraps each step of a run in :func:`effect_scope`. Inside it, the
+An adapter wraps each step of a run in :func:`~remit_core.adapter.effect_scope` (the
+scope lives in :mod:`remit_core.adapter`, the adapters' seam). Inside it, the
 k-th call of an effect named ``name`` has the receipt key
 ``(run_id, step, name, k)``, which is the same in every process that executes
 that step, so:
@@ -10,7 +11,7 @@ that step, so:
 * every later call with that key (after an interrupt, an exception elsewhere,
   a SIGKILL, or from a racing process) returns the recorded result;
 * a racer that finds the receipt started by a live owner waits, bounded, for
-  the result, and never runs the function itself;
+  the result (:func:`~remit_core.adapter.poll`), and never runs the function itself;
 * a receipt whose owner died mid-call is in doubt: the function is re-called
   with the same ``idempotency_key`` when it accepts one (or with
   ``on_in_doubt="retry"``), else :class:`EffectInDoubt` is raised;
@@ -21,23 +22,27 @@ that step, so:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
 import functools
 import inspect
 import logging
-import threading
-import time
 import typing
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
+from remit_core.adapter import (
+    EffectScope,
+    apoll,
+    current_scope,
+    effect_scope,
+    join_key,
+    poll,
+    register_scope_resolver,
+)
+from remit_core.adapter import _resolvers as _resolvers  # (registered resolvers, read here too)
 from remit_core.errors import ConsumeConflict, EffectInDoubt
 from remit_core.records import ReceiptStart
-from remit_core.store.base import Store, new_owner
+from remit_core.store.base import new_owner
 
 log = logging.getLogger("remit")
 
@@ -46,72 +51,17 @@ R = TypeVar("R")
 
 InDoubtPolicy = Literal["raise", "retry"]
 
-
-@dataclass
-class EffectScope:
-    """Where effects are being called: one step of one run, on one store."""
-
-    store: Store
-    run_id: str
-    step: str
-    _ordinals: dict[str, int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def next_ordinal(self, name: str) -> int:
-        with self._lock:
-            n = self._ordinals.get(name, 0)
-            self._ordinals[name] = n + 1
-            return n
-
-
-_scope: contextvars.ContextVar[EffectScope | None] = contextvars.ContextVar(
-    "remit_effect_scope", default=None
-)
 _warned: set[str] = set()
-_resolvers: list[Callable[[], EffectScope | None]] = []
 
-
-def register_scope_resolver(resolver: Callable[[], EffectScope | None]) -> None:
-    """Let an adapter find the current step from its framework's own context.
-
-    Called when no :func:`effect_scope` block is active. A resolver returns the
-    scope of the step being executed, or None when it does not recognise the
-    context. Registering the same resolver twice has no effect.
-    """
-    if resolver not in _resolvers:
-        _resolvers.append(resolver)
-
-
-@contextlib.contextmanager
-def effect_scope(store: Store, run_id: str, step: str) -> Iterator[EffectScope]:
-    """Set the scope for the effects called inside the block (adapters call this per step)."""
-    scope = EffectScope(store, run_id, step)
-    token = _scope.set(scope)
-    try:
-        yield scope
-    finally:
-        _scope.reset(token)
-
-
-def current_scope() -> EffectScope | None:
-    """The scope set by :func:`effect_scope`, else the first one a registered resolver finds."""
-    scope = _scope.get()
-    if scope is not None:
-        return scope
-    for resolve in _resolvers:
-        scope = resolve()
-        if scope is not None:
-            return scope
-    return None
-
-
-def _escape(part: str) -> str:
-    return part.replace("\\", "\\\\").replace("|", "\\|")
+FIRST_PAUSE = 0.01
+"""Seconds a racer first waits for a live owner's result; the pause doubles up to LONGEST_PAUSE."""
+LONGEST_PAUSE = 0.25
 
 
 def receipt_key(run_id: str, step: str, name: str, ordinal: int) -> str:
-    """The receipt key, which is also the idempotency key handed to the function."""
-    return f"{_escape(run_id)}|{_escape(step)}|{_escape(name)}|{ordinal}"
+    """The receipt key, which is also the idempotency key handed to the function (its
+    parts escaped as in every remit key, :func:`remit_core.adapter.claim_key`)."""
+    return join_key(run_id, step, name, str(ordinal))
 
 
 def _accepts_key(fn: Callable[..., Any]) -> bool:
@@ -122,7 +72,7 @@ def _accepts_key(fn: Callable[..., Any]) -> bool:
 
 
 class _Call:
-    """The decision loop of one effect call, shared by the sync and async paths."""
+    """The decision of one effect call, shared by the sync and async paths."""
 
     def __init__(self, scope: EffectScope, name: str, takes_key: bool,
                  on_in_doubt: InDoubtPolicy, wait: float | None) -> None:
@@ -133,16 +83,19 @@ class _Call:
         self.may_take_over = takes_key or on_in_doubt == "retry"
         self.ordinal = scope.next_ordinal(name)
         self.key = receipt_key(scope.run_id, scope.step, name, self.ordinal)
-        self.deadline = time.monotonic() + (wait if wait is not None else 2 * self.store.lease)
-        self.pause = 0.01
+        self.wait = wait if wait is not None else 2 * self.store.lease
+        self.busy: ReceiptStart | None = None  # the last receipt found started by a live owner
 
     def start_kwargs(self, owner: str) -> dict[str, Any]:
         return dict(run_id=self.scope.run_id, step=self.scope.step, name=self.name,
                     ordinal=self.ordinal, owner=owner, may_take_over=self.may_take_over)
 
-    def decide(self, st: ReceiptStart) -> Literal["call", "done", "wait"]:
+    def decide(self, owner: str, st: ReceiptStart) -> tuple[str, ReceiptStart] | None:
+        """``(owner, start)`` to call the function (``run``, ``taken_over``) or return the
+        recorded result (``done``); None while a live owner is calling it (a racer waits,
+        and never calls it itself)."""
         if st.outcome == "done":
-            return "done"
+            return owner, st
         if st.outcome in ("run", "taken_over"):
             if st.outcome == "taken_over":
                 # the receipt now names the caller: the dead owner comes with the take-over
@@ -150,7 +103,7 @@ class _Call:
                             "taken over by %s, which re-calls it with idempotency key %r",
                             self.key, st.previous_owner or "(unknown)", st.receipt.owner,
                             self.key)
-            return "call"
+            return owner, st
         r = st.receipt
         if st.outcome == "in_doubt":
             raise EffectInDoubt(
@@ -162,20 +115,29 @@ class _Call:
                 key=self.key, run_id=self.scope.run_id, step=self.scope.step, name=self.name,
                 owner=r.owner, started_at=r.started_at,
             )
-        if time.monotonic() >= self.deadline:
-            raise ConsumeConflict(
-                f"effect {self.name!r} (key {self.key!r}) is being called by {r.owner!r}, "
-                "which did not finish within the wait; it was not called again here. "
-                "Retry later: the recorded result will be returned.",
-                key=self.key, run_id=self.scope.run_id, step=self.scope.step, owner=r.owner,
-                status=r.status,
-            )
-        return "wait"
+        self.busy = st
+        return None
 
-    def next_pause(self) -> float:
-        p = self.pause
-        self.pause = min(self.pause * 2, 0.25)
-        return p
+    def attempt(self) -> tuple[str, ReceiptStart] | None:
+        owner = new_owner()
+        return self.decide(owner, self.store.start_receipt(self.key, **self.start_kwargs(owner)))
+
+    async def aattempt(self) -> tuple[str, ReceiptStart] | None:
+        owner = new_owner()
+        return self.decide(owner, await self.store.astart_receipt(
+            self.key, **self.start_kwargs(owner)))
+
+    def gave_up(self) -> ConsumeConflict:
+        """The refusal after the wait: the live owner did not finish within it."""
+        assert self.busy is not None
+        r = self.busy.receipt
+        return ConsumeConflict(
+            f"effect {self.name!r} (key {self.key!r}) is being called by {r.owner!r}, "
+            "which did not finish within the wait; it was not called again here. "
+            "Retry later: the recorded result will be returned.",
+            key=self.key, run_id=self.scope.run_id, step=self.scope.step, owner=r.owner,
+            status=r.status,
+        )
 
     def renewer(self, owner: str, fence: int) -> Callable[[], bool]:
         return lambda: self.store.renew_receipt(self.key, owner=owner, fence=fence)
@@ -254,25 +216,23 @@ def effect(
                 store = call.store
                 # a receipt recorded by another process decodes here: allow its classes
                 store.serde.allow_annotations(_result_annotation(func))
-                while True:
-                    owner = new_owner()
-                    st = await store.astart_receipt(call.key, **call.start_kwargs(owner))
-                    verdict = call.decide(st)
-                    if verdict == "done":
-                        return st.receipt.result
-                    if verdict == "wait":
-                        await asyncio.sleep(call.next_pause())
-                        continue
-                    fence = st.receipt.fence
-                    with store.keep_alive(call.renewer(owner, fence)):
-                        try:
-                            result = await func(*args, **call.kwargs(kwargs))
-                        except BaseException:
-                            await store.arelease_receipt(call.key, owner=owner, fence=fence)
-                            raise
-                    await store.acomplete_receipt(call.key, owner=owner, fence=fence,
-                                                  result=result)
-                    return result
+                found = await apoll(call.aattempt, within=call.wait, pause=FIRST_PAUSE,
+                                    most=LONGEST_PAUSE)
+                if found is None:
+                    raise call.gave_up()
+                owner, st = found
+                if st.outcome == "done":
+                    return st.receipt.result
+                fence = st.receipt.fence
+                with store.keep_alive(call.renewer(owner, fence)):
+                    try:
+                        result = await func(*args, **call.kwargs(kwargs))
+                    except BaseException:
+                        await store.arelease_receipt(call.key, owner=owner, fence=fence)
+                        raise
+                await store.acomplete_receipt(call.key, owner=owner, fence=fence,
+                                              result=result)
+                return result
 
             return async_wrapper  # type: ignore[return-value]
 
@@ -285,24 +245,21 @@ def effect(
             call = _Call(scope, ename, takes_key, on_in_doubt, wait)
             store = call.store
             store.serde.allow_annotations(_result_annotation(func))  # (as above)
-            while True:
-                owner = new_owner()
-                st = store.start_receipt(call.key, **call.start_kwargs(owner))
-                verdict = call.decide(st)
-                if verdict == "done":
-                    return st.receipt.result
-                if verdict == "wait":
-                    time.sleep(call.next_pause())
-                    continue
-                fence = st.receipt.fence
-                with store.keep_alive(call.renewer(owner, fence)):
-                    try:
-                        result = func(*args, **call.kwargs(kwargs))
-                    except BaseException:
-                        store.release_receipt(call.key, owner=owner, fence=fence)
-                        raise
-                store.complete_receipt(call.key, owner=owner, fence=fence, result=result)
-                return result
+            found = poll(call.attempt, within=call.wait, pause=FIRST_PAUSE, most=LONGEST_PAUSE)
+            if found is None:
+                raise call.gave_up()
+            owner, st = found
+            if st.outcome == "done":
+                return st.receipt.result
+            fence = st.receipt.fence
+            with store.keep_alive(call.renewer(owner, fence)):
+                try:
+                    result = func(*args, **call.kwargs(kwargs))
+                except BaseException:
+                    store.release_receipt(call.key, owner=owner, fence=fence)
+                    raise
+            store.complete_receipt(call.key, owner=owner, fence=fence, result=result)
+            return result
 
         return sync_wrapper
 
@@ -312,3 +269,7 @@ def effect(
 
 
 AsyncFn = Callable[..., Awaitable[Any]]
+
+
+__all__ = ["AsyncFn", "EffectScope", "InDoubtPolicy", "current_scope", "effect", "effect_scope",
+           "receipt_key", "register_scope_resolver"]
