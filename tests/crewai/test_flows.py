@@ -19,6 +19,7 @@ from crewai.flow.persistence import persist
 from crewai.flow.persistence.factory import set_flow_persistence_factory
 from pydantic import BaseModel
 
+from remit_core import adapter as seam
 from remit_core.errors import StoreConfigError
 from remit_crewai import (
     ConsumeConflict,
@@ -394,8 +395,9 @@ def test_flow_json_holds_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "s3cret" not in dumped and "***" in dumped
     rebuilt = RemitFlowPersistence.model_validate_json(dumped)
     assert rebuilt.store is backend.store
-    monkeypatch.setattr(_p, "_real_urls", {})
-    monkeypatch.setattr(_p, "_stores", {})
+    # a process that has not opened it: the core's store cache, empty
+    monkeypatch.setattr(seam, "_real_urls", {})
+    monkeypatch.setattr(seam, "_stores", {})
     with pytest.raises(StoreConfigError, match="REMIT_CREWAI_URL"):
         _ = RemitFlowPersistence.model_validate_json(dumped).store
     monkeypatch.setenv("REMIT_CREWAI_URL", url)

@@ -29,7 +29,6 @@ seams only:
 
 from __future__ import annotations
 
-import contextvars
 import copy
 import functools
 import inspect
@@ -44,11 +43,15 @@ from crewai.flow.persistence.factory import default_flow_persistence, set_flow_p
 from pydantic import BaseModel
 
 from remit_core import ConsumeConflict, RemitError, derive_id, effect
-from remit_core.effects import effect_scope
-from remit_core.ids import value_digest
-from remit_core.records import Claim
-from remit_core.store import Store, new_owner
-from remit_crewai.persistence import RemitFlowPersistence, claim_key, dump_state, not_remit
+from remit_core.adapter import Claim, Store, effect_scope, new_owner, value_digest
+from remit_crewai.persistence import (
+    RemitFlowPersistence,
+    active_run,
+    dump_state,
+    feedback_key,
+    not_remit,
+    running,
+)
 
 log = logging.getLogger("remit")
 
@@ -57,12 +60,10 @@ F = TypeVar("F")
 #: the effect name under which a method body's receipt is stored
 METHOD_EFFECT = "remit:crewai-method"
 
-_active: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("remit_crewai_run",
-                                                                        default=None)
-
 
 class _Run:
-    """One kickoff or resume of one flow instance: its execution and its counters."""
+    """One kickoff or resume of one flow instance: its execution and its counters (the
+    :class:`~remit_crewai.persistence.DurableRun` its saves consult)."""
 
     def __init__(self, flow: Any, persistence: RemitFlowPersistence) -> None:
         self.flow = flow
@@ -149,17 +150,9 @@ class _Run:
                 "before any listener ran here.", key=key, run_id=self.flow_id, owner=owner)
 
 
-def current_run(flow_id: str) -> _Run | None:
-    """The ``@durable`` kickoff or resume running ``flow_id`` in this context, if any."""
-    run = _active.get()
-    if run is None or run.flow_id != flow_id:
-        return None
-    return run
-
-
 def _run_for(flow: Any) -> _Run | None:
-    run = _active.get()
-    return run if run is not None and run.flow is flow else None
+    run = active_run()
+    return run if isinstance(run, _Run) and run.flow is flow else None
 
 
 def _assign_state(flow: Any, data: dict[str, Any], inputs: dict[str, Any]) -> None:
@@ -267,7 +260,7 @@ async def _resume(flow: Any, feedback: str | None, original: Callable[..., Any])
         raise RemitError(f"flow {flow_id!r}: no parked feedback is recorded in "
                          f"{persistence.url}; nothing to resume.")
     parked = found[0]
-    key = claim_key(flow_id, parked.checkpoint_id)
+    key = feedback_key(flow_id, parked.checkpoint_id)
     owner = new_owner()
     digest = None if feedback is None else value_digest(feedback)
     claim = _claim(store, key, flow_id, owner, digest, feedback)
@@ -278,15 +271,13 @@ async def _resume(flow: Any, feedback: str | None, original: Callable[..., Any])
     run = _Run(flow, persistence)
     run.bind(flow_id, epoch=int(parked.data["epoch"]), position=parked.data.get("position"))
     run.held_claim = (key, owner, claim.fence)
-    token = _active.set(run)
     try:
-        with store.keep_alive(lambda: store.renew_claim(key, owner=owner, fence=claim.fence)):
+        with running(run), store.keep_alive(
+                lambda: store.renew_claim(key, owner=owner, fence=claim.fence)):
             result = await original(flow, feedback)
     except BaseException:
         store.release_claim(key, owner=owner, fence=claim.fence)
         raise
-    finally:
-        _active.reset(token)
     store.consume_claim(key, owner=owner, fence=claim.fence, digest=digest)
     _finish(run, result)
     return result
@@ -318,8 +309,7 @@ def _patch_kickoff(cls: type) -> None:
         persistence = persistence_of(self)
         run = _Run(self, persistence)
         run.inputs = {k: v for k, v in (inputs or {}).items() if k != "id"}
-        token = _active.set(run)
-        try:
+        with running(run):
             flow_id = str(inputs["id"]) if inputs and inputs.get("id") else None
             if flow_id is not None:
                 if getattr(self, "conversational", False):  # every turn is a new execution
@@ -346,8 +336,6 @@ def _patch_kickoff(cls: type) -> None:
                                             restore_from_state_id)
             _finish(run, result)
             return result
-        finally:
-            _active.reset(token)
 
     @functools.wraps(original_resume)
     async def resume_async(self: Any, feedback: str = "") -> Any:
@@ -362,9 +350,10 @@ def _patch_kickoff(cls: type) -> None:
             if isinstance(backend, RemitFlowPersistence):
                 found = backend.pending(flow_id)
                 if found is not None and found[1] == "consumed":
-                    claim = backend.store.get_claim(claim_key(flow_id, found[0].checkpoint_id))
+                    store = backend.store
+                    claim = store.get_claim(feedback_key(flow_id, found[0].checkpoint_id))
                     assert claim is not None
-                    raise backend.store._claim_conflict(claim, "consumed") from None
+                    raise store.claim_conflict(claim, "consumed") from None
             raise
 
     cls.kickoff_async = kickoff_async  # type: ignore[attr-defined]

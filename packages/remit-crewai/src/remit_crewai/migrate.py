@@ -59,11 +59,8 @@ from pathlib import Path
 from typing import Any
 
 from remit_core import ConsumeConflict, Store, derive_id, open_store
-from remit_core.migrate import MigrationError, MigrationReport
-from remit_core.records import Checkpoint
-from remit_core.store import new_owner
-from remit_core.urls import mask_url
-from remit_crewai.persistence import PENDING_KIND, RemitFlowPersistence, claim_key
+from remit_core.adapter import Checkpoint, MigrationError, MigrationReport, mask_url, new_owner
+from remit_crewai.persistence import PENDING_KIND, RemitFlowPersistence, feedback_key
 
 __all__ = ["MigrationError", "MigrationReport", "SOURCE", "StockFlow", "migrate",
            "read_flows"]
@@ -269,7 +266,7 @@ def _retire(p: RemitFlowPersistence, cp: Checkpoint) -> str | None:
     """Mark imported parked feedback consumed: the stock layer resumed the flow since.
     Returns a note, or None when remit had consumed it already."""
     store, fid = p.store, cp.run_id
-    key = claim_key(fid, cp.checkpoint_id)
+    key = feedback_key(fid, cp.checkpoint_id)
     method = cp.data.get("method") if isinstance(cp.data, dict) else None
     owner = f"remit-migrate:crewai:{new_owner()}"
     try:

@@ -12,7 +12,8 @@ CrewAI                           remit store
 ``save_pending_feedback``        a checkpoint of kind ``crewai-pending`` that holds
                                  the state, the feedback context and the position of
                                  the run, in one write
-a resume of parked feedback      a claim ``crewai|<flow>|<pending checkpoint id>``:
+a resume of parked feedback      a claim ``crewai|<flow>|<pending checkpoint id>``
+                                 (:func:`feedback_key`, parts escaped):
                                  one delivery wins, the value is recorded on it (CO)
 an execution (an epoch)          checkpoints ``start-N`` / ``end-N`` in namespace
                                  ``remit-epoch``; ``end-N`` records the flow's result
@@ -38,7 +39,8 @@ rebuilt from JSON finds it again by its masked URL (or through
 
 Store lifetime. CrewAI builds backends often (at class definition, from its
 factory, from flow JSON), so backends of one URL share one store (one connection
-pool) per process. Each backend holds it through a :class:`StoreHold`; copies of a
+pool) per process: the core's shared store cache (:func:`remit_core.adapter.hold_store`).
+Each backend holds it through a :class:`~remit_core.adapter.StoreHold`; copies of a
 backend share their hold. A store is closed when its last hold is released:
 
 * ``backend.close()`` (or leaving ``with backend:``) releases that backend's hold
@@ -54,138 +56,92 @@ backend share their hold. A store is closed when its last hold is released:
 
 from __future__ import annotations
 
-import atexit
-import collections
-import contextlib
 import json
 import os
-import threading
 import uuid
-import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
+from crewai.flow.async_feedback.types import PendingFeedbackContext
 from crewai.flow.persistence.base import FlowPersistence
 from pydantic import BaseModel, Field, PrivateAttr
 
 from remit_core import ConsumeConflict, RemitError, StateSchema, StateValidationError, derive_id
-from remit_core.errors import StoreConfigError
-from remit_core.records import Checkpoint
-from remit_core.store import Store, new_owner, open_store
-from remit_core.urls import mask_url
-
-if TYPE_CHECKING:
-    from crewai.flow.async_feedback.types import PendingFeedbackContext
+from remit_core.adapter import (
+    Checkpoint,
+    Store,
+    StoreConfigError,
+    StoreHold,
+    borrow_store,
+    claim_key,
+    hold_store,
+    known_url,
+    mask_url,
+    new_owner,
+)
 
 STATE_KIND = "crewai-state"
 PENDING_KIND = "crewai-pending"
 EPOCH_KIND = "crewai-epoch"
 EPOCH_NS = "remit-epoch"
 URL_ENV = "REMIT_CREWAI_URL"
-
-StoreKey = tuple[int, str, float | None]  # (process, real URL, lease)
-
-_lock = threading.RLock()
+FRAMEWORK = "crewai"
+"""The framework part of remit-crewai's claim keys."""
 
 
-@dataclass
-class _Shared:
-    store: Store
-    holds: int = 0
+def feedback_key(flow_id: str, pending_id: str) -> str:
+    """CO: the claim of one parked feedback (the flow, its pending checkpoint). Every
+    delivery, recovery and ``remit migrate crewai`` claims it under this key."""
+    return claim_key(FRAMEWORK, flow_id, pending_id)
 
 
-_stores: dict[StoreKey, _Shared] = {}  # the stores remit opened, with their hold counts
-_borrowed: weakref.WeakValueDictionary[StoreKey, Store] = weakref.WeakValueDictionary()
-_real_urls: dict[str, str] = {}
-# holds whose backend was collected: released by the next acquisition (see the module doc)
-_collected: collections.deque[tuple[StoreKey, Store]] = collections.deque()
+# ================================================================== the @durable run in progress
 
 
-class StoreHold:
-    """One reference to a store shared in this process (see "Store lifetime" above).
+class DurableRun(Protocol):
+    """What a save consults of the ``@durable`` kickoff or resume running its flow
+    (:mod:`remit_crewai._durable` sets it with :func:`running`)."""
 
-    ``release()`` gives it back (idempotent); so does the garbage collection of the
-    hold. A hold on a store the caller opened (``borrowed``) never closes it."""
+    flow_id: str | None
+    epoch: int
+    state_type: type[BaseModel] | None
+    held_claim: tuple[str, str, int] | None
 
-    __slots__ = ("__weakref__", "_finalizer", "key", "store")
+    def step_name(self, method: str) -> str: ...
 
-    def __init__(self, key: StoreKey, store: Store, *, borrowed: bool = False) -> None:
-        self.key = key
-        self.store = store
-        self._finalizer = None if borrowed else weakref.finalize(
-            self, _collected.append, (key, store))
+    def position(self) -> dict[str, Any]: ...
 
-    @property
-    def released(self) -> bool:
-        return self._finalizer is not None and not self._finalizer.alive
-
-    def release(self) -> None:
-        if self._finalizer is not None and self._finalizer.detach() is not None:
-            _drop(self.key, self.store)
-        _drain()
-
-    def __copy__(self) -> StoreHold:  # a copied backend shares its hold
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> StoreHold:
-        return self
+    def check_claim(self) -> None: ...
 
 
-def hold_store(url: str, lease: float | None = None) -> StoreHold:
-    """A hold on the store of (this process, ``url``, ``lease``), opened on first use."""
-    key: StoreKey = (os.getpid(), url, lease)
-    with _lock:
-        _real_urls[mask_url(url)] = url
-        borrowed = _borrowed.get(key)
-        if borrowed is not None:
-            return StoreHold(key, borrowed, borrowed=True)
-        entry = _stores.get(key)
-        if entry is None:
-            entry = _stores[key] = _Shared(open_store(url, lease=lease))
-        entry.holds += 1
-        hold = StoreHold(key, entry.store)
-    _drain()  # after taking this hold: a store in use here is not closed and reopened
-    return hold
+_active: ContextVar[DurableRun | None] = ContextVar("remit_crewai_run", default=None)
 
 
-def _drop(key: StoreKey, store: Store) -> None:
-    if key[0] != os.getpid():  # a hold inherited by a forked child: the parent's store
-        return
-    with _lock:
-        entry = _stores.get(key)
-        if entry is None or entry.store is not store:
-            return
-        entry.holds -= 1
-        if entry.holds > 0:
-            return
-        del _stores[key]
-    with contextlib.suppress(Exception):
-        store.close()
+@contextmanager
+def running(run: DurableRun) -> Iterator[None]:
+    """Make ``run`` the ``@durable`` run of this context for the block."""
+    token = _active.set(run)
+    try:
+        yield
+    finally:
+        _active.reset(token)
 
 
-def _drain() -> None:
-    while True:
-        try:
-            key, store = _collected.popleft()
-        except IndexError:
-            return
-        _drop(key, store)
+def active_run() -> DurableRun | None:
+    """The ``@durable`` run of this context, if any."""
+    return _active.get()
 
 
-@atexit.register
-def _close_all() -> None:
-    with _lock:
-        mine = [k for k in _stores if k[0] == os.getpid()]
-        stores = [_stores.pop(k).store for k in mine]
-    for store in stores:
-        with contextlib.suppress(Exception):
-            store.close()
-
-
-def claim_key(flow_id: str, pending_id: str) -> str:
-    return f"crewai|{flow_id}|{pending_id}"
+def current_run(flow_id: str) -> DurableRun | None:
+    """The ``@durable`` kickoff or resume running ``flow_id`` in this context, if any."""
+    run = _active.get()
+    if run is None or run.flow_id != flow_id:
+        return None
+    return run
 
 
 @dataclass(frozen=True)
@@ -297,17 +253,11 @@ class RemitFlowPersistence(FlowPersistence):
         stays yours to close.
         """
         if isinstance(url, Store):
-            store = url
-            key: StoreKey = (os.getpid(), store.url, None)
-            with _lock:
-                if key not in _stores:
-                    _borrowed.setdefault(key, store)
-                _real_urls.setdefault(mask_url(store.url), store.url)
-            self = cls(url=mask_url(store.url))
-            self._hold = StoreHold(key, store, borrowed=True)
+            self = cls(url=mask_url(url.url))
+            self._hold = borrow_store(url)
         else:
             self = cls(url=mask_url(url), lease=lease)
-            self._hold = hold_store(url, lease)
+            self._hold = hold_store(url, lease=lease)
         return self
 
     # ------------------------------------------------------------------------------ the store
@@ -316,7 +266,7 @@ class RemitFlowPersistence(FlowPersistence):
     def store(self) -> Store:
         hold = self._hold
         if hold is None or hold.released:
-            hold = self._hold = hold_store(self._real_url(), self.lease)
+            hold = self._hold = hold_store(self._real_url(), lease=self.lease)
         return hold.store
 
     def close(self) -> None:
@@ -334,8 +284,7 @@ class RemitFlowPersistence(FlowPersistence):
         self.close()
 
     def _real_url(self) -> str:
-        with _lock:
-            real = _real_urls.get(self.url)
+        real = known_url(self.url)
         if real is not None:
             return real
         env = os.environ.get(URL_ENV)
@@ -359,8 +308,6 @@ class RemitFlowPersistence(FlowPersistence):
 
     def save_state(self, flow_uuid: str, method_name: str,
                    state_data: dict[str, Any] | BaseModel) -> None:
-        from remit_crewai._durable import current_run
-
         run = current_run(flow_uuid)
         step = method_name if run is None else run.step_name(method_name)
         if isinstance(state_data, BaseModel):
@@ -379,8 +326,6 @@ class RemitFlowPersistence(FlowPersistence):
 
     def save_pending_feedback(self, flow_uuid: str, context: PendingFeedbackContext,
                               state_data: dict[str, Any] | BaseModel) -> None:
-        from remit_crewai._durable import current_run
-
         run = current_run(flow_uuid)
         method = context.method_name
         step = method if run is None else run.step_name(method)
@@ -400,8 +345,6 @@ class RemitFlowPersistence(FlowPersistence):
     ) -> tuple[dict[str, Any], PendingFeedbackContext] | None:
         """The parked feedback of ``flow_uuid`` that no resume has consumed. Read-only:
         loading a pending flow to look at it never claims it."""
-        from crewai.flow.async_feedback.types import PendingFeedbackContext
-
         found = self.pending(flow_uuid)
         if found is None or found[1] == "consumed":
             return None
@@ -416,8 +359,6 @@ class RemitFlowPersistence(FlowPersistence):
         of two deliveries the second raises :class:`ConsumeConflict` before its
         listeners run.
         """
-        from remit_crewai._durable import current_run
-
         run = current_run(flow_uuid)
         if run is not None and run.held_claim is not None:
             run.check_claim()
@@ -425,7 +366,7 @@ class RemitFlowPersistence(FlowPersistence):
         found = self.pending(flow_uuid)
         if found is None:
             return
-        key = claim_key(flow_uuid, found[0].checkpoint_id)
+        key = feedback_key(flow_uuid, found[0].checkpoint_id)
         owner = new_owner()
         claim = self.store.claim_once(key, run_id=flow_uuid, owner=owner)
         self.store.consume_claim(key, owner=owner, fence=claim.fence)
@@ -437,7 +378,7 @@ class RemitFlowPersistence(FlowPersistence):
         for cp in self.store.list_checkpoints(flow_uuid, ns="", with_writes=False):
             if cp.kind != PENDING_KIND:
                 continue
-            claim = self.store.get_claim(claim_key(flow_uuid, cp.checkpoint_id))
+            claim = self.store.get_claim(feedback_key(flow_uuid, cp.checkpoint_id))
             if claim is None or claim.status == "released":
                 return cp, "open"
             return cp, "consumed" if claim.status == "consumed" else "held"
@@ -506,13 +447,13 @@ class RemitFlowPersistence(FlowPersistence):
         self.store.put_checkpoint(flow_uuid, checkpoint_id, kind=kind, data=data,
                                   metadata=metadata)
 
-    def _state_type(self, flow_uuid: str, run: Any) -> type[BaseModel] | None:
+    def _state_type(self, flow_uuid: str, run: DurableRun | None) -> type[BaseModel] | None:
         if run is not None and run.state_type is not None:
-            return run.state_type  # type: ignore[no-any-return]
+            return run.state_type
         return self._state_types.get(flow_uuid)
 
     @staticmethod
-    def _state_id(flow_uuid: str, method_name: str, run: Any) -> str:
+    def _state_id(flow_uuid: str, method_name: str, run: DurableRun | None) -> str:
         if run is not None:
             return derive_id(flow_uuid, f"crewai-state/{run.step_name(method_name)}")
         return _time_ordered_id()
@@ -534,5 +475,5 @@ def not_remit(flow: Any) -> RemitError:
         "remit_crewai.use_as_default(url) at start-up.")
 
 
-__all__ = ["ConsumeConflict", "Epoch", "RemitFlowPersistence", "StoreHold", "dump_state",
-           "hold_store"]
+__all__ = ["ConsumeConflict", "DurableRun", "Epoch", "RemitFlowPersistence", "current_run",
+           "dump_state", "feedback_key", "running"]
