@@ -89,6 +89,42 @@ def test_one_store_holds_many_runs(store_url: str, tmp_path: Path) -> None:
         assert {r.run_id for r in store.list_runs()} >= {f"order-{i}" for i in range(8)}
 
 
+def test_persistences_of_one_url_share_a_store_while_one_lives(tmp_path: Path) -> None:
+    """from_url shares one store per URL in the process (the core's store cache): for_run
+    and fork copies share it too; it is closed once no persistence of it is left (carried
+    out by the next from_url, never in the garbage collector), and reopened when needed."""
+    import gc
+
+    from remit_core.errors import StoreClosed
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    first = RemitStatePersistence.from_url(url, run_id="a")
+    second = RemitStatePersistence.from_url(url, run_id="b")
+    sibling = first.for_run("c")
+    store = first.store
+    assert second.store is store and sibling.store is store
+    del first, second
+    gc.collect()
+    RemitStatePersistence.from_url(f"sqlite:///{tmp_path / 'other.db'}", run_id="x")
+    assert store.list_runs() == []  # the sibling still holds it
+    del sibling
+    gc.collect()
+    RemitStatePersistence.from_url(f"sqlite:///{tmp_path / 'other.db'}", run_id="z")
+    with pytest.raises(StoreClosed):  # the last one went: closed by that from_url
+        store.list_runs()
+    again = RemitStatePersistence.from_url(url, run_id="d")
+    assert again.store is not store and again.store.list_runs() == []
+    again_too = RemitStatePersistence.from_url(url, run_id="d2")
+    del again
+    gc.collect()
+    assert RemitStatePersistence.from_url(url, run_id="f").store is again_too.store  # no churn
+    with open_store(url) as mine:  # a store passed in is the caller's: never closed here
+        RemitStatePersistence(mine, run_id="e")
+        gc.collect()
+        RemitStatePersistence.from_url(f"sqlite:///{tmp_path / 'third.db'}", run_id="y")
+        assert mine.list_runs() == []
+
+
 def test_initialize_then_resume_elsewhere(store_url: str, tmp_path: Path) -> None:
     ledger = str(tmp_path / "ledger.txt")
     p = persistence(store_url, "init", w.order_graph)

@@ -61,9 +61,8 @@ import pydantic
 from pydantic_graph.graph import Graph
 from pydantic_graph.persistence import SnapshotStatus
 
-from remit_core import ConsumeConflict, StateValidationError, Store
-from remit_core.migrate import MigrationError, MigrationReport
-from remit_core.store import open_store
+from remit_core import ConsumeConflict, StateValidationError, Store, open_store
+from remit_core.adapter import MigrationError, MigrationReport
 from remit_pydantic_graph.persistence import (
     KIND,
     START,

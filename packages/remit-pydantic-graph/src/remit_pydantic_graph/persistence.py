@@ -13,7 +13,8 @@ a snapshot (``NodeSnapshot`` or        one checkpoint: ``checkpoint_id`` = the s
                                        never pickle), ``parent_id`` = the snapshot whose node
                                        returned it (``"__start__"`` for the run's first)
 ``load_next`` / ``record_run``         a claim per snapshot, ``pydantic-graph|run|snapshot``
-                                       (owner, lease renewed while the node runs, fence)
+                                       (:func:`remit_core.adapter.claim_key`; owner, lease
+                                       renewed while the node runs, fence)
 a node that raised                     an error record: a pending write on the snapshot,
                                        task ``pydantic-graph:error``, idx = the claim's fence
 ``@effect`` inside ``node.run``        receipts keyed (run, snapshot id, effect name, ordinal)
@@ -63,13 +64,10 @@ Each transition the contract depends on is one atomic store operation:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
-import os
 import re
-import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -94,11 +92,18 @@ from pydantic_graph.persistence import (
 )
 
 from remit_core import ConsumeConflict, CorruptRecord, StateSchema, StateValidationError, Store
-from remit_core.effects import effect_scope
-from remit_core.errors import LeaseLost, RemitError
-from remit_core.ids import derive_id
-from remit_core.records import Checkpoint, Claim
-from remit_core.store import new_owner, open_store
+from remit_core.adapter import (
+    Checkpoint,
+    Claim,
+    LeaseLost,
+    RemitError,
+    StoreHold,
+    claim_key,
+    derive_id,
+    effect_scope,
+    hold_store,
+    new_owner,
+)
 
 log = logging.getLogger("remit")
 
@@ -109,6 +114,8 @@ KIND = "pydantic-graph"
 ``exclusive_child`` gives a parent one successor of either sort (CO)."""
 START = "__start__"
 """``parent_id`` of a run's first snapshot: ``exclusive_child`` makes it one per run."""
+FRAMEWORK = "pydantic-graph"
+"""The framework part of remit-pydantic-graph's claim keys."""
 ERROR_TASK = "pydantic-graph:error"
 RUNNING_TASK = "pydantic-graph:running"
 
@@ -119,10 +126,6 @@ _FIELD = re.compile(r"field_name='([^']+)'")
 
 def _now() -> datetime:
     return datetime.now(tz=UTC)
-
-
-def _esc(part: str) -> str:
-    return part.replace("\\", "\\\\").replace("|", "\\|")
 
 
 @dataclass
@@ -158,36 +161,6 @@ class NodeStatusConflict(ConsumeConflict, GraphNodeStatusError):
         self.actual_status = actual_status
         self.message = text
         self.args = (text,)
-
-
-# ========================================================================== shared stores
-
-_stores: dict[tuple[int, str, float | None, tuple[tuple[str, str], ...]], Store] = {}
-_stores_lock = threading.Lock()
-
-
-def _shared_store(url: str, lease: float | None, options: dict[str, Any]) -> Store:
-    """One store per URL and options in a process, so that a persistence per run does not
-    open a connection pool per run. Closed at interpreter exit."""
-    key = (os.getpid(), url, lease, tuple(sorted((k, repr(v)) for k, v in options.items())))
-    with _stores_lock:
-        store = _stores.get(key)
-        if store is None:
-            if not _stores:
-                import atexit
-
-                atexit.register(_close_stores)
-            store = _stores[key] = open_store(url, lease=lease, **options)
-        return store
-
-
-def _close_stores() -> None:
-    with _stores_lock:
-        stores = [s for (pid, *_), s in _stores.items() if pid == os.getpid()]
-        _stores.clear()
-    for store in stores:
-        with contextlib.suppress(Exception):
-            store.close()
 
 
 # ============================================================================ persistence
@@ -251,6 +224,9 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         self.lease = store.lease if lease is None else float(lease)
         self.retry_errors = retry_errors
         self._owner = new_owner()
+        # a store from from_url is shared in the process and held while a persistence
+        # of it lives (for_run copies share the hold); a store passed in is the caller's
+        self._hold: StoreHold | None = None
         self._adapter: pydantic.TypeAdapter[Any] | None = None
         self._schema: StateSchema | None = None
         self._result_schema: StateSchema | None = None
@@ -277,12 +253,17 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
 
         ``sqlite:///path.db``, ``postgresql://...`` or ``redis://...``;
         ``store_options`` go to :func:`remit_core.open_store`. Persistences opened
-        from the same URL (and options) in one process share one store, which is
-        closed at interpreter exit; pass an opened :class:`~remit_core.Store` to the
-        constructor to manage its lifetime yourself.
+        from the same URL (and options) in one process share one store (one connection
+        pool), the core's shared store cache (:func:`remit_core.adapter.hold_store`).
+        It is closed when no persistence of it is left (the last one is garbage-collected;
+        the next ``from_url`` in the process, or the interpreter's exit, closes it, never
+        the garbage collector) and at exit. Pass an opened :class:`~remit_core.Store` to
+        the constructor to manage its lifetime yourself.
         """
-        return cls(_shared_store(url, lease, store_options), run_id=run_id, lease=lease,
-                   retry_errors=retry_errors)
+        hold = hold_store(url, lease=lease, **store_options)
+        self = cls(hold.store, run_id=run_id, lease=lease, retry_errors=retry_errors)
+        self._hold = hold
+        return self
 
     def for_run(self, run_id: str) -> Self:
         """Another run on the same store, with the same options (one store holds many runs)."""
@@ -290,6 +271,7 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
                            retry_errors=self.retry_errors)
         other._adapter, other._schema = self._adapter, self._schema
         other._result_schema, other._node_schemas = self._result_schema, self._node_schemas
+        other._hold = self._hold  # the same shared store: held while either lives
         return other
 
     def __repr__(self) -> str:
@@ -561,7 +543,8 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
     # ================================================================================ claims
 
     def _key(self, snapshot_id: str) -> str:
-        return f"pydantic-graph|{_esc(self.run_id)}|{_esc(snapshot_id)}"
+        """CO: the claim of one snapshot of this run."""
+        return claim_key(FRAMEWORK, self.run_id, snapshot_id)
 
     async def _claim(self, sid: str, ck: Checkpoint, *, phase: str) -> Claim:
         """Claim snapshot ``sid`` for this instance (CO, LV), then settle what the claim
