@@ -430,6 +430,63 @@ def test_schema_is_kept(store: Store) -> None:
     assert RemitSaver(store).schema is None
 
 
+# ==================================================================== a LangGraph serializer
+
+
+def test_a_langgraph_serializer_is_refused_not_ignored(store: Store, store_url: str) -> None:
+    """Values go through remit's envelope, so serde= would never be used: it is refused,
+    as a constructor argument, through from_conn_string (before anything is opened), and
+    as an assignment; the message says what to do instead."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    with pytest.raises(TypeError, match=r"serde= JsonPlusSerializer.*store\.serde\.allow"):
+        RemitSaver(store, serde=JsonPlusSerializer(pickle_fallback=True))
+    with pytest.raises(TypeError, match="does not take a LangGraph serializer"):
+        RemitSaver.from_conn_string(store_url, serde=JsonPlusSerializer())
+    saver = RemitSaver(store, serde=None)
+    with pytest.raises(TypeError, match=r"saver\.serde = JsonPlusSerializer"):
+        saver.serde = JsonPlusSerializer()
+    assert saver.serde is BaseCheckpointSaver.serde  # LangGraph's default, unused
+    assert saver.with_allowlist({("app.models", "Ticket")}) is saver
+
+
+STRICT_CHILD = """
+import logging, sys
+from typing import TypedDict
+from langgraph.graph import START, StateGraph
+from remit_langgraph import RemitSaver
+
+class S(TypedDict):
+    n: int
+
+warnings = []
+logging.getLogger().addHandler(type("H", (logging.Handler,), {
+    "emit": lambda self, r: warnings.append(r.getMessage())})())
+builder = StateGraph(S)
+builder.add_node("inc", lambda s: {"n": s["n"] + 1})
+builder.add_edge(START, "inc")
+with RemitSaver.from_conn_string(sys.argv[1]) as saver:
+    graph = builder.compile(checkpointer=saver)
+    assert graph.checkpointer is saver, graph.checkpointer
+    assert graph.invoke({"n": 1}, {"configurable": {"thread_id": "t"}}) == {"n": 2}
+assert not [w for w in warnings if "allowlist" in w], warnings
+print("ok")
+"""
+
+
+def test_strict_msgpack_mode_compiles_with_the_saver_itself(store_url: str) -> None:
+    """Under LANGGRAPH_STRICT_MSGPACK, compile() asks the checkpointer for a copy with
+    LangGraph's msgpack allow-list (with_allowlist): RemitSaver, which does not use
+    LangGraph's serializer, is its own answer, and LangGraph logs no warning about it."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "LANGGRAPH_STRICT_MSGPACK": "true"}
+    done = subprocess.run([sys.executable, "-c", STRICT_CHILD, store_url], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 # ================================================================================= envelope
 
 

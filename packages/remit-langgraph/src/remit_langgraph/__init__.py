@@ -18,8 +18,7 @@ from remit_core import (
     effect,
     open_store,
 )
-from remit_core.errors import UnregisteredType
-from remit_core.migrate import MigrationError
+from remit_core.adapter import MigrationError, UnregisteredType
 from remit_langgraph._seam import LangGraphSeamError
 from remit_langgraph.saver import RemitSaver
 

@@ -3,7 +3,9 @@
 This module is the only place that knows how the Pregel loop drives a saver; the
 LangGraph internals it relies on are all in :mod:`remit_langgraph._seam`, checked
 at import. It adds three things on top of :class:`~remit_langgraph.saver.RemitSaver`'s
-plain storage, each by calling remit-core's primitives:
+plain storage, each by calling remit-core's primitives (through
+:mod:`remit_core.adapter`). It knows the saver only as a :class:`GatedSaver`, the base
+class ``RemitSaver`` derives from, so ``saver`` imports this module and not the reverse.
 
 * **CO (consume-once).** One invocation is one Pregel loop, from its entry to its
   exit. When a root loop loads a checkpoint parked on ``interrupt()`` (or at a static
@@ -46,23 +48,29 @@ import contextvars
 import functools
 import logging
 import threading
-import time
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote
+from typing import Any
 
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
+from langgraph.config import get_config
 from langgraph.types import Command
 
-from remit_core import ConsumeConflict, RemitError, SerializationError
-from remit_core.effects import EffectScope, register_scope_resolver
-from remit_core.ids import derive_id, value_digest
-from remit_core.records import Claim
-from remit_core.store import new_owner
+from remit_core import ConsumeConflict, RemitError, SerializationError, Store
+from remit_core.adapter import (
+    Claim,
+    EffectScope,
+    derive_id,
+    new_owner,
+    poll,
+    register_scope_resolver,
+    split_claim_key,
+    value_digest,
+)
+from remit_core.adapter import claim_key as _core_claim_key
 from remit_langgraph import _seam
 from remit_langgraph._seam import (
     CONFIG_KEY_CHECKPOINT_MAP,
@@ -79,10 +87,10 @@ from remit_langgraph._seam import (
     Parked,
 )
 
-if TYPE_CHECKING:
-    from remit_langgraph.saver import RemitSaver
-
 log = logging.getLogger("remit")
+
+FRAMEWORK = "langgraph"
+"""The framework part of remit-langgraph's claim keys."""
 
 FORK_FLAG = "remit_fork"
 """``configurable`` key: True marks the request as a fork (FI)."""
@@ -94,22 +102,36 @@ BREAKPOINT = "~breakpoint"
 # ======================================================================================= CO
 
 
+class GatedSaver:
+    """What the contract needs of a saver: its store, and a way to allow a graph's
+    channel types in the store's envelope. :class:`~remit_langgraph.saver.RemitSaver`
+    derives from it; the contract recognises a remit saver by it (an ``isinstance`` of
+    a base class, cheap on the hot path: every effect resolves its scope through it)."""
+
+    store: Store
+
+    def allow_channels(self, channels: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+
 def claim_key(thread_id: str, ns: str, checkpoint_id: str, interrupt_id: str,
               answered: int = 0) -> str:
     """The claim of one interrupt *instance*: the thread, namespace and checkpoint it is
     parked at, its id, and how many answers its task had received before it (a node
-    that interrupts twice at one checkpoint parks two instances). Parts are escaped,
-    so a ``|`` in a thread id cannot make two keys collide."""
-    parts = (thread_id, ns, checkpoint_id, interrupt_id, str(answered))
-    return "langgraph|" + "|".join(quote(p, safe="") for p in parts)
+    that interrupts twice at one checkpoint parks two instances). Parts are escaped
+    (:func:`remit_core.adapter.claim_key`), so a ``|`` in a thread id cannot make two
+    keys collide."""
+    return _core_claim_key(FRAMEWORK, thread_id, ns, checkpoint_id, interrupt_id,
+                           str(answered))
 
 
 def _split_key(key: str) -> tuple[str, ...] | None:
-    head, _, rest = key.partition("|")
-    parts = rest.split("|")
-    if head != "langgraph" or len(parts) != 5:
+    """(thread, namespace, checkpoint, interrupt, answered) of a key made by
+    :func:`claim_key`, None for another framework's key or another shape."""
+    parts = split_claim_key(key)
+    if parts[0] != FRAMEWORK or len(parts) != 6:
         return None
-    return tuple(unquote(p) for p in parts)
+    return parts[1:]
 
 
 @dataclass
@@ -157,7 +179,7 @@ def note_loaded(loop: Any) -> bool:
 class ConsumeGate:
     """CO for one saver: claims parked interrupts for the invocations that answer them."""
 
-    def __init__(self, saver: RemitSaver) -> None:
+    def __init__(self, saver: GatedSaver) -> None:
         self.saver = saver
         self._holds: dict[tuple[str, str, str], _Invocation] = {}
         self._lock = threading.Lock()
@@ -386,15 +408,11 @@ class _Hooks:
     """What the seam calls: one invocation's entry and exit, and RD's id choice."""
 
     def graph_types(self, checkpointer: Any, channels: Any) -> None:
-        from remit_langgraph.saver import RemitSaver
-
-        if isinstance(checkpointer, RemitSaver) and channels:
+        if isinstance(checkpointer, GatedSaver) and channels:
             checkpointer.allow_channels(channels)
 
     def entered(self, loop: Any) -> None:
-        from remit_langgraph.saver import RemitSaver
-
-        if (isinstance(getattr(loop, "checkpointer", None), RemitSaver)
+        if (isinstance(getattr(loop, "checkpointer", None), GatedSaver)
                 and not getattr(loop, "is_nested", False) and loop not in _loaded):
             raise _seam.LangGraphSeamError(
                 "the Pregel loop's entry",
@@ -437,12 +455,12 @@ def _strip_resumes(found: CheckpointTuple) -> CheckpointTuple:
 _UUID_EPOCH = 0x01B21DD213814000
 """100 ns intervals from the UUID epoch (1582-10-15) to the Unix epoch (as in uuid6)."""
 
-_runs: weakref.WeakKeyDictionary[Any, tuple[RemitSaver, str, str] | None] = (
+_runs: weakref.WeakKeyDictionary[Any, tuple[GatedSaver, str, str] | None] = (
     weakref.WeakKeyDictionary())
 _runs_lock = threading.Lock()
 
 
-def note_load(saver: RemitSaver, config: Mapping[str, Any], loop: Any | None, *,
+def note_load(saver: GatedSaver, config: Mapping[str, Any], loop: Any | None, *,
               addressed: bool) -> None:
     """RD: remember how a run's loop loaded its checkpoint (called by ``get_tuple``).
 
@@ -453,13 +471,12 @@ def note_load(saver: RemitSaver, config: Mapping[str, Any], loop: Any | None, *,
     """
     if loop is None:
         return
-    from remit_langgraph.saver import RemitSaver
-
     conf = config.get("configurable", {})
     checkpointer = getattr(loop, "checkpointer", None)
-    # (a strict-msgpack graph holds a shallow copy of the saver: the same store)
+    # (the loop's checkpointer may be a copy of the saver, as LangGraph's with_allowlist
+    # makes for other savers: what matters is that it writes to the same store)
     head = (not addressed and not conf.get(FORK_FLAG)
-            and isinstance(checkpointer, RemitSaver) and checkpointer.store is saver.store)
+            and isinstance(checkpointer, GatedSaver) and checkpointer.store is saver.store)
     with _runs_lock:
         _runs[loop] = ((saver, str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""))
                        if head else None)
@@ -571,17 +588,13 @@ DURABLE_WAIT = 60.0
 def resolve_scope() -> EffectScope | None:
     """The receipt scope of the LangGraph task running in this context, if its
     checkpointer is a RemitSaver."""
-    from remit_langgraph.saver import RemitSaver
-
     try:
-        from langgraph.config import get_config
-
         config = get_config()
-    except (RuntimeError, ImportError):
+    except RuntimeError:  # not inside a runnable's context
         return None
     conf = config.get("configurable") or {}
     saver = conf.get(CONFIG_KEY_CHECKPOINTER)
-    if not isinstance(saver, RemitSaver):
+    if not isinstance(saver, GatedSaver):
         return None
     task_id = conf.get(CONFIG_KEY_TASK_ID)
     if not task_id:
@@ -599,7 +612,8 @@ def resolve_scope() -> EffectScope | None:
     return scope
 
 
-def _wait_durable(saver: RemitSaver, conf: dict[str, Any], thread_id: str, task_ns: str) -> None:
+def _wait_durable(saver: GatedSaver, conf: dict[str, Any], thread_id: str,
+                  task_ns: str) -> None:
     """EO: a receipt key names the task's checkpoint; make sure that checkpoint is stored
     before the effect fires, or a crash could re-create the task under a new id."""
     if conf.get(CONFIG_KEY_DURABILITY) == "exit":
@@ -622,18 +636,16 @@ def _wait_durable(saver: RemitSaver, conf: dict[str, Any], thread_id: str, task_
     owners = [k for k, v in checkpoint_map.items() if v == checkpoint_id]
     if owners:
         graph_ns = min(owners, key=len)
-    deadline = time.monotonic() + DURABLE_WAIT
-    pause = 0.002
-    while saver.store.get_checkpoint(thread_id, checkpoint_id, ns=graph_ns,
-                                     with_writes=False) is None:
-        if time.monotonic() > deadline:
-            raise RemitError(
-                f"thread {thread_id!r}: checkpoint {checkpoint_id!r} of task {task_ns!r} was "
-                f"not stored within {DURABLE_WAIT:.0f} s, so its effects cannot be keyed "
-                "durably; check the store."
-            )
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+    # under durability="async" the loop stores it in the background: wait for it, bounded
+    stored = poll(lambda: saver.store.get_checkpoint(thread_id, checkpoint_id, ns=graph_ns,
+                                                     with_writes=False),
+                  within=DURABLE_WAIT, pause=0.002, most=0.05)
+    if stored is None:
+        raise RemitError(
+            f"thread {thread_id!r}: checkpoint {checkpoint_id!r} of task {task_ns!r} was "
+            f"not stored within {DURABLE_WAIT:.0f} s, so its effects cannot be keyed "
+            "durably; check the store."
+        )
 
 
 register_scope_resolver(resolve_scope)

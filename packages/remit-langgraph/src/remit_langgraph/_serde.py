@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from langgraph.types import Command, Interrupt, Send
 
-from remit_core.serde import Serde, default_serde
+from remit_core.adapter import Serde, default_serde
 
 
 class _Empty:

@@ -22,7 +22,8 @@ checkpoint without ``channel_values``    ``data``
 
 Every value goes through remit's typed envelope (no pickle; decoding never
 imports a module), extended with LangGraph's types in :mod:`remit_langgraph._serde`.
-The saver's ``serde`` attribute is kept for LangGraph's sake but stores nothing.
+A LangGraph serializer is refused (``serde=``, or assigned to ``saver.serde``) rather
+than accepted and ignored; see :class:`RemitSaver`.
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ import functools
 import os
 import random
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -51,16 +51,13 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from remit_core import StateValidationError, Store, open_store
-from remit_core import records as rc
-from remit_core.ids import derive_id
-from remit_core.serde import default_serde
+from remit_core.adapter import Checkpoint as StoredCheckpoint
+from remit_core.adapter import default_serde, derive_id, poll
 from remit_langgraph import _seam, _serde
-from remit_langgraph._contract import FORK_FLAG, ConsumeGate, note_load, note_loaded
+from remit_langgraph._contract import FORK_FLAG, ConsumeGate, GatedSaver, note_load, note_loaded
 from remit_langgraph._schema import GraphSchema
 from remit_langgraph._serde import EMPTY, storable
-
-if TYPE_CHECKING:
-    from remit_langgraph.migrate import StockSource
+from remit_langgraph._stock import StockSource, import_thread, open_source
 
 _writes_sort_key: Callable[[str, str, int], tuple[str, str, int]] | None
 try:  # langgraph-checkpoint >= 4: the order get_tuple must return pending writes in
@@ -73,8 +70,25 @@ T = TypeVar("T")
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
+_LANGGRAPH_SERDE: SerializerProtocol = BaseCheckpointSaver.serde
+"""LangGraph's default serializer, what ``saver.serde`` reads (RemitSaver never uses it)."""
 
-class RemitSaver(BaseCheckpointSaver[str]):
+SERDE_REFUSED = (
+    "RemitSaver does not take a LangGraph serializer ({what}): remit stores every value "
+    "through its own typed envelope (no pickle; decoding never imports a module or calls "
+    "an arbitrary constructor), so the serializer would never be used. To store a class "
+    "of your own, pass schema= (its classes are allowed) or call "
+    "saver.store.serde.allow(MyClass); for a custom encoding, "
+    "saver.store.serde.register(MyClass, to_data, from_data, name='app:MyClass'). "
+    "To give the store another envelope, open it with open_store(url, serde=Serde()).")
+
+
+def _refuse_serde(what: str, serde: object) -> None:
+    if serde is not None and serde is not _LANGGRAPH_SERDE:
+        raise TypeError(SERDE_REFUSED.format(what=f"{what} {type(serde).__name__}"))
+
+
+class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
     """LangGraph checkpointer backed by a remit store (SQLite, PostgreSQL or Redis).
 
     Takes an already opened :class:`~remit_core.Store`, so that an application
@@ -125,6 +139,16 @@ class RemitSaver(BaseCheckpointSaver[str]):
     included, before the call proceeds; see :mod:`remit_langgraph.migrate`. Two processes
     importing one thread at once import it once. ``list(None)`` lists only what remit
     holds; ``remit migrate langgraph`` imports every thread up front.
+
+    Serialization: ``serde=`` (and assigning ``saver.serde``) is refused with a
+    ``TypeError`` when given a serializer: LangGraph's serializers (``JsonPlusSerializer``,
+    ``EncryptedSerializer``, ...) would never be used, since every value goes through
+    remit's envelope on the store (``saver.store.serde``), which decodes only registered
+    or allowed classes. Register or allow your classes there (or pass ``schema=``).
+    ``saver.serde`` reads LangGraph's default serializer, unused. For the same reason
+    :meth:`with_allowlist`, which LangGraph's ``compile()`` calls in its strict-msgpack
+    mode, returns the saver itself: the graph's channel types are allowed in the
+    envelope before its state is read.
     """
 
     store: Store
@@ -139,7 +163,8 @@ class RemitSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         legacy: BaseCheckpointSaver[Any] | None = None,
     ) -> None:
-        super().__init__(serde=serde)
+        _refuse_serde("serde=", serde)
+        super().__init__()
         self.store = store
         self.schema = schema
         self.legacy = legacy
@@ -148,8 +173,6 @@ class RemitSaver(BaseCheckpointSaver[str]):
             if isinstance(legacy, str | os.PathLike):
                 raise TypeError("RemitSaver(legacy=...) takes an open stock saver; for a path "
                                 "or URL use RemitSaver.from_conn_string(url, legacy=...)")
-            from remit_langgraph.migrate import StockSource
-
             self._legacy = StockSource(legacy)
         self._imported: set[str] = set()
         self._importer: RemitSaver | None = None
@@ -172,6 +195,23 @@ class RemitSaver(BaseCheckpointSaver[str]):
         if store.serde is not default_serde:  # a store opened with its own envelope
             _serde.register_types(store.serde)
 
+    # ============================================================================ serializer
+
+    @property
+    def serde(self) -> SerializerProtocol:
+        """LangGraph's default serializer, never used: values go through ``store.serde``."""
+        return _LANGGRAPH_SERDE
+
+    @serde.setter
+    def serde(self, value: SerializerProtocol) -> None:
+        _refuse_serde("saver.serde =", value)  # (LangGraph's own __init__ sets the default)
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> RemitSaver:
+        """The saver itself: LangGraph's msgpack allow-list is for its own serializer,
+        which this saver does not use; remit's envelope decodes only registered or allowed
+        classes, and the graph's channel types are allowed before its state is read."""
+        return self
+
     # ================================================================================ opening
 
     @classmethod
@@ -192,12 +232,14 @@ class RemitSaver(BaseCheckpointSaver[str]):
             with RemitSaver.from_conn_string("sqlite:///app.db") as saver: ...
             async with RemitSaver.from_conn_string("postgresql://...") as saver: ...
 
-        ``legacy``: a stock saver to import threads from on first use (see the class),
+        ``serde`` is refused when given (see the class). ``legacy``: a stock saver to
+        import threads from on first use (see the class),
         as an open ``SqliteSaver``/``PostgresSaver``, a SQLite file path or a
         ``postgresql://`` URL. The store, and a stock saver opened here, are closed
         when the block exits.
         """
-        return OpenedSaver(cls, conn_string, schema=schema, serde=serde, legacy=legacy,
+        _refuse_serde("serde=", serde)
+        return OpenedSaver(cls, conn_string, schema=schema, legacy=legacy,
                            options=store_options)
 
     from_url = from_conn_string
@@ -432,10 +474,8 @@ class RemitSaver(BaseCheckpointSaver[str]):
         The loop may store the checkpoint while that node's ``put_writes`` is still in
         flight in another thread; on this failure path only, wait a moment for it.
         """
-        deadline = time.monotonic() + 0.5
-        while key not in self._refused and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return self._refused.pop(key, fallback)
+        return poll(lambda: self._refused.pop(key, None), within=0.5, pause=0.005,
+                    most=0.005) or fallback
 
     def _values_at(self, thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
         found = self.store.get_checkpoint(thread_id, checkpoint_id, ns=ns, with_writes=False)
@@ -489,8 +529,6 @@ class RemitSaver(BaseCheckpointSaver[str]):
         source = self._legacy
         if source is None or thread_id in self._imported:
             return
-        from remit_langgraph.migrate import import_thread
-
         with self._import_lock:
             if self._importer is None:  # writes through the same paths, without legacy=
                 self._importer = type(self)(self.store, schema=self.schema)
@@ -594,14 +632,12 @@ class OpenedSaver:
         url: str,
         *,
         schema: Any,
-        serde: SerializerProtocol | None,
         options: Mapping[str, Any],
         legacy: str | os.PathLike[str] | BaseCheckpointSaver[Any] | None = None,
     ) -> None:
         self._saver_cls = saver_cls
         self._url = url
         self._schema = schema
-        self._serde = serde
         self._options = dict(options)
         self._legacy = legacy
         self._store: Store | None = None
@@ -613,11 +649,8 @@ class OpenedSaver:
         legacy = self._legacy
         try:
             if isinstance(legacy, str | os.PathLike):
-                from remit_langgraph.migrate import open_source
-
                 legacy = self._stack.enter_context(open_source(legacy)).saver
-            return self._saver_cls(store, schema=self._schema, serde=self._serde,
-                                   legacy=legacy)
+            return self._saver_cls(store, schema=self._schema, legacy=legacy)
         except BaseException:
             self._close()
             raise
@@ -684,7 +717,7 @@ def _matches(metadata: Any, query: Mapping[str, Any]) -> bool:
     )
 
 
-def _to_tuple(ck: rc.Checkpoint) -> CheckpointTuple:
+def _to_tuple(ck: StoredCheckpoint) -> CheckpointTuple:
     """A store checkpoint as LangGraph reads it: empty channels dropped, pending
     writes in ``writes_sort_key`` order."""
     checkpoint = cast(Checkpoint, {
