@@ -2,9 +2,11 @@
 
 Hypothesis runs random sequences of store operations against :class:`Model`, a
 plain in-memory reference of the store written from the docstrings of
-``remit_core.store.base`` (the decision tables of ``_start_receipt`` and
-``_claim``, the checkpoint semantics of ``put_checkpoint`` and friends), and
-checks after every step that the store and the model agree.
+``remit_core.store.decisions`` (the decision tables of ``start_receipt`` and
+``claim``) and ``remit_core.store.base`` (the checkpoint semantics of
+``put_checkpoint`` and friends), and checks after every step that the store and the
+model agree. (tests/test_store_decisions.py checks every backend, the Lua scripts
+included, against the pure functions of ``decisions`` themselves.)
 
 * **Time.** The model has no wall clock. Every lease is either long (60 s: it
   never expires during an example) or tiny (1 ms); after an operation grants a
@@ -181,7 +183,8 @@ class MClaim:
 
 
 class Model:
-    """The store as the docstrings of ``remit_core.store.base`` describe it."""
+    """The store as the docstrings of ``remit_core.store.decisions`` and ``.base``
+    describe it."""
 
     def __init__(self) -> None:
         self.checkpoints: dict[CkKey, MCheckpoint] = {}

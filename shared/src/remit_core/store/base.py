@@ -6,8 +6,10 @@ writes, the interpretation of claim and receipt outcomes into errors, lease
 heart-beating and bounded retries. A backend subclass implements the
 underscore methods, each of which must be **one atomic operation** of its
 database (a transaction, ``INSERT ... ON CONFLICT`` or a Lua script). The
-decision tables that those operations implement are written out once here, in
-the docstrings of :meth:`Store._start_receipt` and :meth:`Store._claim`.
+decisions that the receipt and claim operations take are written once, as pure
+functions, in :mod:`remit_core.store.decisions` (used by both SQL backends through
+:class:`remit_core.store.sql.SqlStore`; the Redis backend's Lua scripts are checked
+against them).
 
 Every underscore method is safe to repeat after a transient failure: writes
 are upserts keyed by the record's identity, and the receipt and claim
@@ -376,7 +378,7 @@ class Store(ABC):
     ) -> ReceiptStart:
         """EO, phase one: atomically decide who calls the effect for ``key``.
 
-        See :meth:`_start_receipt` for the decision table. ``may_take_over`` says
+        See :func:`remit_core.store.decisions.start_receipt` for the decision table. ``may_take_over`` says
         whether the caller may re-call the function when its previous owner died
         mid-call (it takes an idempotency key, or ``on_in_doubt="retry"``).
         """
@@ -444,7 +446,8 @@ class Store(ABC):
         ``digest`` (and optionally ``value``) records what the winner will consume,
         so that after the winner dies (LV) another process can take the slot over and
         finish with the *same* value: a take-over passes ``digest=None`` (any value)
-        or the same digest. See :meth:`_claim` for the decision table.
+        or the same digest. See :func:`remit_core.store.decisions.claim` for the decision
+        table.
 
         ``wait`` (seconds; by default the store's ``wait=`` URL option, 0): a recovery
         (``digest=None``) that meets a claim whose holder has not finished waits up to
@@ -740,34 +743,24 @@ class Store(ABC):
         self, key: str, run_id: str, step: str, name: str, ordinal: int, owner: str,
         lease: float, may_take_over: bool,
     ) -> tuple[ReceiptOutcome, ReceiptRow]:
-        """One atomic operation deciding, with ``now`` the backend clock:
-
-        ============================================  ===========================================
-        stored receipt                                outcome (and write)
-        ============================================  ===========================================
-        none                                          ``run``: insert started(owner, fence 1,
-                                                      attempt 1, lease_until now+lease)
-        completed                                     ``done``
-        started, owner == owner                       ``run`` (a retried call; no write)
-        started, lease_until > now                    ``busy``
-        started, expired, may_take_over               ``taken_over``: owner, fence+1, attempt+1,
-                                                      lease_until now+lease (the row returned
-                                                      has ``previous_owner``: the dead one)
-        started, expired, not may_take_over           ``in_doubt`` (no write)
-        ============================================  ===========================================
-        """
+        """One atomic operation taking the decision of
+        :func:`remit_core.store.decisions.start_receipt` (its table), with ``now`` the
+        backend clock."""
 
     @abstractmethod
     def _complete_receipt(self, key: str, owner: str, fence: int, result: bytes) -> bool:
-        """Set completed+result where owner and fence match (or it is already completed by
-        this owner and fence); False otherwise."""
+        """:data:`~remit_core.store.decisions.COMPLETE_RECEIPT`: set completed+result where
+        owner and fence match (or it is already completed by this owner and fence); False
+        otherwise."""
 
     @abstractmethod
     def _release_receipt(self, key: str, owner: str, fence: int) -> bool:
-        """Delete the receipt where it is started and owner and fence match."""
+        """:data:`~remit_core.store.decisions.RELEASE_RECEIPT`: delete the receipt where it
+        is started and owner and fence match."""
 
     @abstractmethod
-    def _renew_receipt(self, key: str, owner: str, fence: int, lease: float) -> bool: ...
+    def _renew_receipt(self, key: str, owner: str, fence: int, lease: float) -> bool:
+        """:data:`~remit_core.store.decisions.RENEW_RECEIPT`."""
 
     @abstractmethod
     def _get_receipt(self, key: str) -> ReceiptRow | None: ...
@@ -776,7 +769,8 @@ class Store(ABC):
     def _list_receipts(self, run_id: str | None) -> list[ReceiptRow]: ...
 
     @abstractmethod
-    def _resolve_receipt(self, key: str, result: bytes) -> bool: ...
+    def _resolve_receipt(self, key: str, result: bytes) -> bool:
+        """:data:`~remit_core.store.decisions.RESOLVE_RECEIPT`."""
 
     @abstractmethod
     def _reset_receipt(self, key: str) -> None: ...
@@ -786,37 +780,26 @@ class Store(ABC):
         self, key: str, run_id: str, owner: str, lease: float, digest: str | None,
         value: bytes | None,
     ) -> tuple[ClaimOutcome, ClaimRow]:
-        """One atomic operation deciding, with ``now`` the backend clock:
-
-        ============================================  ===========================================
-        stored claim                                  outcome (and write)
-        ============================================  ===========================================
-        none                                          ``won``: insert claimed(owner, fence 1,
-                                                      digest, value, lease_until now+lease)
-        consumed                                      ``consumed``
-        released                                      ``won``: claimed(owner, fence+1, digest,
-                                                      value, lease)
-        claimed, owner == owner                       ``reentered`` (no write)
-        claimed, lease_until > now                    ``held``
-        claimed, expired, digest None or equal        ``taken_over``: owner, fence+1, lease;
-                                                      digest and value kept (the row returned
-                                                      has ``previous_owner``)
-        claimed, expired, digest differs              ``mismatch``
-        ============================================  ===========================================
-        """
+        """One atomic operation taking the decision of
+        :func:`remit_core.store.decisions.claim` (its table), with ``now`` the backend
+        clock."""
 
     @abstractmethod
     def _consume_claim(
         self, key: str, owner: str, fence: int, digest: str | None
     ) -> tuple[bool, ClaimRow | None]:
-        """Set consumed (consumed_at now, digest if given) where owner and fence match and it
-        is claimed, or it is already consumed by this owner and fence (a retry)."""
+        """One atomic operation taking the decision of
+        :func:`remit_core.store.decisions.consume_claim`: set consumed (consumed_at now,
+        digest if given) where owner and fence match and it is claimed, or it is already
+        consumed by this owner and fence (a retry)."""
 
     @abstractmethod
-    def _release_claim(self, key: str, owner: str, fence: int) -> bool: ...
+    def _release_claim(self, key: str, owner: str, fence: int) -> bool:
+        """:data:`~remit_core.store.decisions.RELEASE_CLAIM`."""
 
     @abstractmethod
-    def _renew_claim(self, key: str, owner: str, fence: int, lease: float) -> bool: ...
+    def _renew_claim(self, key: str, owner: str, fence: int, lease: float) -> bool:
+        """:data:`~remit_core.store.decisions.RENEW_CLAIM`."""
 
     @abstractmethod
     def _get_claim(self, key: str) -> ClaimRow | None: ...

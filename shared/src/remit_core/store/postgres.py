@@ -18,7 +18,6 @@ missing.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import os
 import re
@@ -44,17 +43,14 @@ from remit_core.errors import (
 from remit_core.records import (
     BlobRow,
     CheckpointRow,
-    ClaimOutcome,
-    ClaimRow,
-    ReceiptOutcome,
-    ReceiptRow,
     RunInfo,
     WriteRow,
 )
 from remit_core.serde import Serde
 from remit_core.store import chunks as _chunks
-from remit_core.store.base import Store
+from remit_core.store.decisions import Verdict
 from remit_core.store.options import known_options, option, parse_options
+from remit_core.store.sql import Decide, Dialect, R, Records, SqlStore
 from remit_core.urls import mask_url, password_hint, url_secrets
 from remit_core.urls import scrub as _scrub
 
@@ -185,10 +181,6 @@ MIGRATION_LOCK = 0x52454D54  # "REMT"
 
 _CK_COLS = ("c.run_id, c.ns, c.checkpoint_id, c.parent_id, c.kind, c.execution_id, c.data, "
             "c.metadata, c.versions, c.created_at, c.seq")
-_RC_COLS = ("key, run_id, step, name, ordinal, status, owner, fence, lease_until, started_at, "
-            "completed_at, result, attempt")
-_CL_COLS = ("key, run_id, status, owner, fence, lease_until, digest, value, claimed_at, "
-            "consumed_at")
 
 # libpq's key='quoted value' form (in conninfo strings that a driver message may echo)
 _KV_SECRET = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*')", re.I)
@@ -237,17 +229,7 @@ def _ck(r: Sequence[Any]) -> tuple[CheckpointRow, dict[str, bytes]]:
     return row, {ch: bytes(v) for ch, v in zip(channels, values, strict=True)}
 
 
-def _rc(r: Sequence[Any]) -> ReceiptRow:
-    return ReceiptRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
-                      None if r[11] is None else bytes(r[11]), r[12])
-
-
-def _cl(r: Sequence[Any]) -> ClaimRow:
-    return ClaimRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6],
-                    None if r[7] is None else bytes(r[7]), r[8], r[9])
-
-
-class PostgresStore(Store):
+class PostgresStore(SqlStore):
     """A store in one schema of a PostgreSQL database, shared by many hosts."""
 
     DEFAULT_CONNECT_TIMEOUT: ClassVar[int] = 5
@@ -274,6 +256,8 @@ class PostgresStore(Store):
         self._rc = f"{q}.remit_receipts"
         self._cl = f"{q}.remit_claims"
         self._ch = f"{q}.remit_chunks"
+        self._records(Dialect(style="%({})s", now=NOW, collate=' COLLATE "C"', casts=True),
+                      self._rc, self._cl)
         # Checkpoint rows joined with the blob of each channel at its version: one statement
         # (jsonb_each_text over versions, as the SQLite backend does with json_each). Each
         # blob is its own primary-key lookup: the LIMIT keeps the planner from flattening
@@ -886,254 +870,56 @@ class PostgresStore(Store):
                 "chunk_bytes")
         return {k: int(v or 0) for k, v in zip(keys, r, strict=True)}
 
-    # -------------------------------------------------------------------------------- receipts
+    # ------------------------------------------------------------------------ receipts, claims
 
-    def _insert_receipt(self, conn: Conn, key: str, run_id: str, step: str, name: str,
-                        ordinal: int, owner: str, lease: float) -> ReceiptRow | None:
-        """none -> run: the new started row, or None when the key exists. A concurrent
-        inserter of the same key makes this wait for its commit and then do nothing."""
-        r = conn.execute(
-            f"INSERT INTO {self._rc} (key, run_id, step, name, ordinal, status, owner, "
-            "fence, lease_until, started_at, attempt) "
-            "SELECT %s::text, %s::text, %s::text, %s::text, %s::int4, 'started', "
-            f"%s::text, 1, t + %s::float8, t, 1 FROM (SELECT {NOW} AS t) AS n "
-            f"ON CONFLICT (key) DO NOTHING RETURNING {_RC_COLS}",
-            (key, run_id, step, name, ordinal, owner, lease)).fetchone()
-        return None if r is None else _rc(r)
+    def _writing(self) -> contextlib.AbstractContextManager[Conn]:
+        return self._conn()  # autocommit: one statement is one transaction
 
-    def _start_receipt(self, key: str, run_id: str, step: str, name: str, ordinal: int,
-                       owner: str, lease: float, may_take_over: bool
-                       ) -> tuple[ReceiptOutcome, ReceiptRow]:
-        # The outcomes that write nothing (and ``run`` on a new key, one atomic INSERT) are
-        # decided in autocommit, without BEGIN/COMMIT and a row lock: one round trip for a
-        # first call, two for a replay. Deciding a read-only outcome on the committed row
-        # orders this call before any concurrent change of it, as a lock would order it
-        # after. Only a take-over, which writes, goes through the locked transaction.
-        with self._conn() as conn:
-            row = self._insert_receipt(conn, key, run_id, step, name, ordinal, owner, lease)
-            if row is not None:
-                return "run", row
-            r = conn.execute(f"SELECT {_RC_COLS}, {NOW} FROM {self._rc} WHERE key = %s",
-                             (key,)).fetchone()
-        if r is not None:
-            cur = _rc(r)
-            outcome = _receipt_verdict(cur, float(r[13]), owner, may_take_over)
-            if outcome is not None:
-                return outcome, cur
-        return self._start_receipt_locked(key, run_id, step, name, ordinal, owner, lease,
-                                          may_take_over)
+    def _reading(self) -> contextlib.AbstractContextManager[Conn]:
+        return self._conn()
 
-    def _start_receipt_locked(self, key: str, run_id: str, step: str, name: str, ordinal: int,
-                              owner: str, lease: float, may_take_over: bool
-                              ) -> tuple[ReceiptOutcome, ReceiptRow]:
+    def _decide(self, records: Records[R], key: str, decide: Decide[R]) -> Verdict[Any, Any]:
+        # A verdict on a new key that inserts (``run``, ``won``) is one atomic INSERT, and
+        # one that writes nothing (a replay: done, busy, held, consumed, ...) is taken on
+        # the committed row without a row lock, in autocommit: one round trip for a first
+        # call, two for a replay, and k racers for one key do not queue on it. Deciding a
+        # read-only verdict on the committed row orders this call before any concurrent
+        # change of it, as a lock would order it after. Only a verdict that changes a row
+        # (a take-over, a re-claim, a consume) goes through the locked transaction.
+        fresh = decide(None, 0.0)  # with now 0: its times are offsets from the clock
+        inserts = fresh.write == "insert"
+        if inserts:
+            with self._conn() as conn:
+                row = self._insert_stamped(conn, records, fresh)
+                if row is not None:
+                    return Verdict(fresh.outcome, row, "insert")
+                r = conn.execute(records.select_now, {"key": key}).fetchone()
+            if r is not None:
+                verdict = decide(records.row(r), float(r[-1]))
+                if verdict.write == "none":
+                    return verdict
         with self._tx() as conn:
             while True:
-                row = self._insert_receipt(conn, key, run_id, step, name, ordinal, owner, lease)
-                if row is not None:
-                    return "run", row
-                # now is read with the row; if this waited for the lock, now may be a little
-                # early, which can only make a lease look live longer (busy, never a wrong
-                # take-over).
-                r = conn.execute(
-                    f"SELECT {_RC_COLS}, {NOW} FROM {self._rc} WHERE key = %s FOR UPDATE",
-                    (key,)).fetchone()
+                if inserts:  # a concurrent inserter makes this wait for its commit
+                    row = self._insert_stamped(conn, records, fresh)
+                    if row is not None:
+                        return Verdict(fresh.outcome, row, "insert")
+                # now is read with the row; if this waited for the lock, now may be a
+                # little early, which can only make a lease look live longer (busy, never
+                # a wrong take-over)
+                r = conn.execute(records.select_now + " FOR UPDATE", {"key": key}).fetchone()
                 if r is not None:
                     break
+                if not inserts:  # no record, nothing to write: the same at any time
+                    return fresh
                 # released or reset between the two statements: insert again
-            cur = _rc(r)
-            outcome = _receipt_verdict(cur, float(r[13]), owner, may_take_over)
-            if outcome is not None:
-                return outcome, cur
-            r = conn.execute(
-                f"UPDATE {self._rc} SET owner = %s, fence = fence + 1, attempt = attempt + 1, "
-                f"lease_until = {NOW} + %s WHERE key = %s RETURNING {_RC_COLS}",
-                (owner, lease, key)).fetchone()
-            assert r is not None
-            return "taken_over", dataclasses.replace(_rc(r), previous_owner=cur.owner)
+            verdict = decide(records.row(r), float(r[-1]))
+            self._apply(conn, records, verdict)
+            return verdict
 
-    def _complete_receipt(self, key: str, owner: str, fence: int, result: bytes) -> bool:
-        with self._conn() as conn:
-            cur = conn.execute(
-                f"UPDATE {self._rc} SET status = 'completed', result = %s, completed_at = {NOW} "
-                "WHERE key = %s AND owner = %s AND fence = %s", (result, key, owner, fence))
-            return cur.rowcount == 1
-
-    def _release_receipt(self, key: str, owner: str, fence: int) -> bool:
-        with self._conn() as conn:
-            cur = conn.execute(
-                f"DELETE FROM {self._rc} WHERE key = %s AND owner = %s AND fence = %s "
-                "AND status = 'started'", (key, owner, fence))
-            return cur.rowcount == 1
-
-    def _renew_receipt(self, key: str, owner: str, fence: int, lease: float) -> bool:
-        with self._conn() as conn:
-            cur = conn.execute(
-                f"UPDATE {self._rc} SET lease_until = {NOW} + %s WHERE key = %s AND owner = %s "
-                "AND fence = %s AND status = 'started'", (lease, key, owner, fence))
-            return cur.rowcount == 1
-
-    def _get_receipt(self, key: str) -> ReceiptRow | None:
-        with self._conn() as conn:
-            r = conn.execute(f"SELECT {_RC_COLS} FROM {self._rc} WHERE key = %s",
-                             (key,)).fetchone()
-        return None if r is None else _rc(r)
-
-    def _list_receipts(self, run_id: str | None) -> list[ReceiptRow]:
-        where, args = ("", ()) if run_id is None else (" WHERE run_id = %s", (run_id,))
-        with self._conn() as conn:
-            rows = conn.execute(f"SELECT {_RC_COLS} FROM {self._rc}{where} "
-                                'ORDER BY started_at, key COLLATE "C"', args).fetchall()
-        return [_rc(r) for r in rows]
-
-    def _resolve_receipt(self, key: str, result: bytes) -> bool:
-        with self._conn() as conn:
-            cur = conn.execute(
-                f"UPDATE {self._rc} SET status = 'completed', result = %s, completed_at = {NOW} "
-                "WHERE key = %s", (result, key))
-            return cur.rowcount == 1
-
-    def _reset_receipt(self, key: str) -> None:
-        with self._conn() as conn:
-            conn.execute(f"DELETE FROM {self._rc} WHERE key = %s", (key,))
-
-    # ---------------------------------------------------------------------------------- claims
-
-    def _insert_claim(self, conn: Conn, key: str, run_id: str, owner: str, lease: float,
-                      digest: str | None, value: bytes | None) -> ClaimRow | None:
-        """none -> won: the new claimed row, or None when the key exists (16 racers: one
-        inserts, the others wait for its commit and then do nothing)."""
-        r = conn.execute(
-            f"INSERT INTO {self._cl} (key, run_id, status, owner, fence, lease_until, "
-            "digest, value, claimed_at) SELECT %s::text, %s::text, 'claimed', %s::text, "
-            f"1, t + %s::float8, %s::text, %s::bytea, t FROM (SELECT {NOW} AS t) AS n "
-            f"ON CONFLICT (key) DO NOTHING RETURNING {_CL_COLS}",
-            (key, run_id, owner, lease, digest, value)).fetchone()
-        return None if r is None else _cl(r)
-
-    def _claim(self, key: str, run_id: str, owner: str, lease: float, digest: str | None,
-               value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
-        # As in _start_receipt: ``won`` on a new key is one atomic INSERT, and the outcomes
-        # that write nothing (consumed, reentered, held, mismatch) are decided on the
-        # committed row without a row lock, so k racers for one key do not queue on it
-        # (one round trip for the winner, two for each loser). Re-claiming a released
-        # claim and taking over an expired one write, under the lock.
-        with self._conn() as conn:
-            row = self._insert_claim(conn, key, run_id, owner, lease, digest, value)
-            if row is not None:
-                return "won", row
-            r = conn.execute(f"SELECT {_CL_COLS}, {NOW} FROM {self._cl} WHERE key = %s",
-                             (key,)).fetchone()
-        if r is not None:
-            cur = _cl(r)
-            if cur.status == "consumed":
-                return "consumed", cur
-            if cur.status == "claimed":
-                outcome = _held_claim_verdict(cur, float(r[10]), owner, digest)
-                if outcome is not None:
-                    return outcome, cur
-        return self._claim_locked(key, run_id, owner, lease, digest, value)
-
-    def _claim_locked(self, key: str, run_id: str, owner: str, lease: float,
-                      digest: str | None, value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
-        with self._tx() as conn:
-            while True:
-                row = self._insert_claim(conn, key, run_id, owner, lease, digest, value)
-                if row is not None:
-                    return "won", row
-                r = conn.execute(
-                    f"SELECT {_CL_COLS}, {NOW} FROM {self._cl} WHERE key = %s FOR UPDATE",
-                    (key,)).fetchone()
-                if r is not None:
-                    break
-            cur, now = _cl(r), float(r[10])
-            if cur.status == "consumed":
-                return "consumed", cur
-            if cur.status == "released":
-                r = conn.execute(
-                    f"UPDATE {self._cl} SET status = 'claimed', owner = %s, fence = fence + 1, "
-                    "lease_until = n.t + %s, digest = %s, value = %s, claimed_at = n.t "
-                    f"FROM (SELECT {NOW} AS t) AS n WHERE key = %s RETURNING {_CL_COLS}",
-                    (owner, lease, digest, value, key)).fetchone()
-                assert r is not None
-                return "won", _cl(r)
-            outcome = _held_claim_verdict(cur, now, owner, digest)
-            if outcome is not None:
-                return outcome, cur
-            r = conn.execute(
-                f"UPDATE {self._cl} SET owner = %s, fence = fence + 1, lease_until = {NOW} + %s "
-                f"WHERE key = %s RETURNING {_CL_COLS}", (owner, lease, key)).fetchone()
-            assert r is not None
-            return "taken_over", dataclasses.replace(_cl(r), previous_owner=cur.owner)
-
-    def _consume_claim(self, key: str, owner: str, fence: int, digest: str | None
-                       ) -> tuple[bool, ClaimRow | None]:
-        with self._tx() as conn:
-            r = conn.execute(f"SELECT {_CL_COLS} FROM {self._cl} WHERE key = %s FOR UPDATE",
-                             (key,)).fetchone()
-            if r is None:
-                return False, None
-            cur = _cl(r)
-            if cur.owner != owner or cur.fence != fence or cur.status == "released":
-                return False, cur
-            if cur.status == "consumed":
-                return True, cur
-            r = conn.execute(
-                f"UPDATE {self._cl} SET status = 'consumed', consumed_at = {NOW}, "
-                f"digest = COALESCE(%s, digest) WHERE key = %s RETURNING {_CL_COLS}",
-                (digest, key)).fetchone()
-            assert r is not None
-            return True, _cl(r)
-
-    def _release_claim(self, key: str, owner: str, fence: int) -> bool:
-        with self._conn() as conn:
-            cur = conn.execute(
-                f"UPDATE {self._cl} SET status = 'released' WHERE key = %s AND owner = %s "
-                "AND fence = %s AND status = 'claimed'", (key, owner, fence))
-            return cur.rowcount == 1
-
-    def _renew_claim(self, key: str, owner: str, fence: int, lease: float) -> bool:
-        with self._conn() as conn:
-            cur = conn.execute(
-                f"UPDATE {self._cl} SET lease_until = {NOW} + %s WHERE key = %s AND owner = %s "
-                "AND fence = %s AND status = 'claimed'", (lease, key, owner, fence))
-            return cur.rowcount == 1
-
-    def _get_claim(self, key: str) -> ClaimRow | None:
-        with self._conn() as conn:
-            r = conn.execute(f"SELECT {_CL_COLS} FROM {self._cl} WHERE key = %s",
-                             (key,)).fetchone()
-        return None if r is None else _cl(r)
-
-    def _list_claims(self, run_id: str | None) -> list[ClaimRow]:
-        where, args = ("", ()) if run_id is None else (" WHERE run_id = %s", (run_id,))
-        with self._conn() as conn:
-            rows = conn.execute(f"SELECT {_CL_COLS} FROM {self._cl}{where} "
-                                'ORDER BY claimed_at, key COLLATE "C"', args).fetchall()
-        return [_cl(r) for r in rows]
-
-
-def _receipt_verdict(cur: ReceiptRow, now: float, owner: str,
-                     may_take_over: bool) -> ReceiptOutcome | None:
-    """The outcome for an existing receipt that writes nothing; None: take it over."""
-    if cur.status == "completed":
-        return "done"
-    if cur.owner == owner:
-        return "run"
-    if cur.lease_until > now:
-        return "busy"
-    if not may_take_over:
-        return "in_doubt"
-    return None
-
-
-def _held_claim_verdict(cur: ClaimRow, now: float, owner: str,
-                        digest: str | None) -> ClaimOutcome | None:
-    """The outcome for a claimed (not released, not consumed) slot that writes nothing;
-    None: take it over."""
-    if cur.owner == owner:
-        return "reentered"
-    if cur.lease_until > now:
-        return "held"
-    if digest is not None and cur.digest is not None and digest != cur.digest:
-        return "mismatch"
-    return None
+    @staticmethod
+    def _insert_stamped(conn: Conn, records: Records[R], fresh: Verdict[Any, Any]) -> R | None:
+        """Insert the row of ``fresh`` (decided at now 0) stamped with the server clock,
+        unless the key exists: the row written, or None."""
+        r = conn.execute(records.insert_stamped, records.params(fresh.row)).fetchone()
+        return None if r is None else records.row(r)

@@ -664,6 +664,10 @@ redis.call('SADD', KEYS[1], ARGV[3])
 return 1
 """
 
+# The decision scripts below (_START_RECEIPT ... _RELEASE_CLAIM) are the one second copy of
+# remit_core.store.decisions; tests/test_store_decisions.py checks them against it.
+
+# decisions.start_receipt
 # KEYS: 1 rc, 2 rcs, 3 known. ARGV: 1 P, 2 key, 3 run, 4 step, 5 name, 6 ordinal, 7 owner,
 #       8 lease, 9 may_take_over
 _START_RECEIPT = """
@@ -689,7 +693,7 @@ redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 return {'taken_over', redis.call('HGETALL', KEYS[1]), f[2] or false}
 """
 
-# KEYS: 1 rc. ARGV: 1 P, 2 owner, 3 fence, 4 result
+# decisions.COMPLETE_RECEIPT. KEYS: 1 rc. ARGV: 1 P, 2 owner, 3 fence, 4 result
 _COMPLETE_RECEIPT = """
 local f = redis.call('HMGET', KEYS[1], 'owner', 'fence')
 if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) then return 0 end
@@ -698,7 +702,7 @@ redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[4],
 return 1
 """
 
-# KEYS: 1 rc. ARGV: 1 P, 2 owner, 3 fence, 4 key
+# decisions.RELEASE_RECEIPT. KEYS: 1 rc. ARGV: 1 P, 2 owner, 3 fence, 4 key
 _RELEASE_RECEIPT = """
 local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status', 'run_id')
 if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) or f[3] ~= 'started' then return 0 end
@@ -707,7 +711,8 @@ redis.call('SREM', K('rcs', f[4]), ARGV[4])
 return 1
 """
 
-# KEYS: 1 rc or cl. ARGV: 1 P, 2 owner, 3 fence, 4 lease, 5 live status
+# decisions.RENEW_RECEIPT and RENEW_CLAIM. KEYS: 1 rc or cl. ARGV: 1 P, 2 owner, 3 fence,
+# 4 lease, 5 live status
 _RENEW = """
 local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status')
 if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) or f[3] ~= ARGV[5] then return 0 end
@@ -727,7 +732,7 @@ end
 return out
 """
 
-# KEYS: 1 rc. ARGV: 1 P, 2 result
+# decisions.RESOLVE_RECEIPT. KEYS: 1 rc. ARGV: 1 P, 2 result
 _RESOLVE_RECEIPT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'completed_at', fmt(clock()))
@@ -743,6 +748,7 @@ redis.call('SREM', K(ARGV[3], r), ARGV[2])
 return 1
 """
 
+# decisions.claim
 # KEYS: 1 cl, 2 cls, 3 known. ARGV: 1 P, 2 key, 3 run, 4 owner, 5 lease, 6 has_digest, 7 digest,
 #       8 has_value, 9 value
 _CLAIM = """
@@ -784,7 +790,7 @@ redis.call('HINCRBY', KEYS[1], 'fence', 1)
 return {'taken_over', redis.call('HGETALL', KEYS[1]), f[2] or false}
 """
 
-# KEYS: 1 cl. ARGV: 1 P, 2 owner, 3 fence, 4 has_digest, 5 digest
+# decisions.consume_claim. KEYS: 1 cl. ARGV: 1 P, 2 owner, 3 fence, 4 has_digest, 5 digest
 _CONSUME_CLAIM = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, false} end
 local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status')
@@ -798,7 +804,7 @@ end
 return {1, redis.call('HGETALL', KEYS[1])}
 """
 
-# KEYS: 1 cl. ARGV: 1 P, 2 owner, 3 fence
+# decisions.RELEASE_CLAIM. KEYS: 1 cl. ARGV: 1 P, 2 owner, 3 fence
 _RELEASE_CLAIM = """
 local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status')
 if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) or f[3] ~= 'claimed' then return 0 end

@@ -9,7 +9,6 @@ primitive is one serialised transaction across all processes on the host.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import sqlite3
@@ -30,17 +29,14 @@ from remit_core.errors import (
 from remit_core.records import (
     BlobRow,
     CheckpointRow,
-    ClaimOutcome,
-    ClaimRow,
-    ReceiptOutcome,
-    ReceiptRow,
     RunInfo,
     WriteRow,
 )
 from remit_core.serde import Serde
 from remit_core.store import chunks as _chunks
-from remit_core.store.base import Store
+from remit_core.store.decisions import Verdict
 from remit_core.store.options import parse_options
+from remit_core.store.sql import Decide, Dialect, R, Records, SqlStore
 from remit_core.urls import mask_url
 
 TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
@@ -141,10 +137,6 @@ _BATCH = 500  # digests per IN (...) list
 
 _CK_COLS = ("run_id, ns, checkpoint_id, parent_id, kind, execution_id, data, metadata, versions, "
             "created_at, seq")
-_RC_COLS = ("key, run_id, step, name, ordinal, status, owner, fence, lease_until, started_at, "
-            "completed_at, result, attempt")
-_CL_COLS = ("key, run_id, status, owner, fence, lease_until, digest, value, claimed_at, "
-            "consumed_at")
 # CROSS JOIN makes SQLite's planner keep json_each as the outer loop, so each blob is one
 # primary-key lookup. With a plain JOIN it may scan the run's blobs instead (the whole
 # history) and read the latest checkpoint in time linear in the history's length.
@@ -159,17 +151,7 @@ def _ck(r: Sequence[Any]) -> CheckpointRow:
                          json.loads(r[8]), r[9], r[10])
 
 
-def _rc(r: Sequence[Any]) -> ReceiptRow:
-    return ReceiptRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
-                      None if r[11] is None else bytes(r[11]), r[12])
-
-
-def _cl(r: Sequence[Any]) -> ClaimRow:
-    return ClaimRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6],
-                    None if r[7] is None else bytes(r[7]), r[8], r[9])
-
-
-class SqliteStore(Store):
+class SqliteStore(SqlStore):
     """A store in one SQLite file (or in memory)."""
 
     def __init__(self, url: str, path: str | None, *, serde: Serde | None, lease: float,
@@ -189,6 +171,7 @@ class SqliteStore(Store):
         self._wlock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self._wpid = os.getpid()
+        self._records(Dialect(style=":{}", now=":now"), "remit_receipts", "remit_claims")
         if read_only:
             self._probe()
         else:
@@ -721,161 +704,21 @@ class SqliteStore(Store):
                 "chunk_bytes": one(f"SELECT SUM(LENGTH(value)) FROM remit_chunks {where}"),
             }
 
-    # --------------------------------------------------------------------------------- receipts
+    # ------------------------------------------------------------------------ receipts, claims
 
-    def _start_receipt(self, key: str, run_id: str, step: str, name: str, ordinal: int,
-                       owner: str, lease: float, may_take_over: bool
-                       ) -> tuple[ReceiptOutcome, ReceiptRow]:
+    def _writing(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._tx()
+
+    def _reading(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._tx(write=False)
+
+    def _clock(self) -> dict[str, Any]:
+        return {"now": self._now()}
+
+    def _decide(self, records: Records[R], key: str, decide: Decide[R]) -> Verdict[Any, Any]:
+        # BEGIN IMMEDIATE holds the database's write lock from the read to the commit
         with self._tx() as conn:
-            now = self._now()
-            r = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts WHERE key = ?", (key,)).fetchone()
-            if r is None:
-                row = ReceiptRow(key, run_id, step, name, ordinal, "started", owner, 1,
-                                 now + lease, now, None, None, 1)
-                conn.execute(f"INSERT INTO remit_receipts ({_RC_COLS}) VALUES "
-                             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (row.key, row.run_id, row.step, row.name, row.ordinal, row.status,
-                              row.owner, row.fence, row.lease_until, row.started_at,
-                              row.completed_at, row.result, row.attempt))
-                return "run", row
-            cur = _rc(r)
-            if cur.status == "completed":
-                return "done", cur
-            if cur.owner == owner:
-                return "run", cur
-            if cur.lease_until > now:
-                return "busy", cur
-            if not may_take_over:
-                return "in_doubt", cur
-            conn.execute("UPDATE remit_receipts SET owner = ?, fence = fence + 1, "
-                         "attempt = attempt + 1, lease_until = ? WHERE key = ?",
-                         (owner, now + lease, key))
-            r = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts WHERE key = ?", (key,)).fetchone()
-            return "taken_over", dataclasses.replace(_rc(r), previous_owner=cur.owner)
-
-    def _complete_receipt(self, key: str, owner: str, fence: int, result: bytes) -> bool:
-        with self._tx() as conn:
-            cur = conn.execute(
-                "UPDATE remit_receipts SET status = 'completed', result = ?, completed_at = ? "
-                "WHERE key = ? AND owner = ? AND fence = ?",
-                (result, self._now(), key, owner, fence))
-            return cur.rowcount == 1
-
-    def _release_receipt(self, key: str, owner: str, fence: int) -> bool:
-        with self._tx() as conn:
-            cur = conn.execute("DELETE FROM remit_receipts WHERE key = ? AND owner = ? AND "
-                               "fence = ? AND status = 'started'", (key, owner, fence))
-            return cur.rowcount == 1
-
-    def _renew_receipt(self, key: str, owner: str, fence: int, lease: float) -> bool:
-        with self._tx() as conn:
-            cur = conn.execute("UPDATE remit_receipts SET lease_until = ? WHERE key = ? AND "
-                               "owner = ? AND fence = ? AND status = 'started'",
-                               (self._now() + lease, key, owner, fence))
-            return cur.rowcount == 1
-
-    def _get_receipt(self, key: str) -> ReceiptRow | None:
-        with self._tx(write=False) as conn:
-            r = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts WHERE key = ?", (key,)).fetchone()
-            return None if r is None else _rc(r)
-
-    def _list_receipts(self, run_id: str | None) -> list[ReceiptRow]:
-        with self._tx(write=False) as conn:
-            if run_id is None:
-                rows = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts ORDER BY started_at, key")
-            else:
-                rows = conn.execute(f"SELECT {_RC_COLS} FROM remit_receipts WHERE run_id = ? "
-                                    "ORDER BY started_at, key", (run_id,))
-            return [_rc(r) for r in rows]
-
-    def _resolve_receipt(self, key: str, result: bytes) -> bool:
-        with self._tx() as conn:
-            cur = conn.execute("UPDATE remit_receipts SET status = 'completed', result = ?, "
-                               "completed_at = ? WHERE key = ?", (result, self._now(), key))
-            return cur.rowcount == 1
-
-    def _reset_receipt(self, key: str) -> None:
-        with self._tx() as conn:
-            conn.execute("DELETE FROM remit_receipts WHERE key = ?", (key,))
-
-    # ----------------------------------------------------------------------------------- claims
-
-    def _claim(self, key: str, run_id: str, owner: str, lease: float, digest: str | None,
-               value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
-        with self._tx() as conn:
-            now = self._now()
-            r = conn.execute(f"SELECT {_CL_COLS} FROM remit_claims WHERE key = ?", (key,)).fetchone()
-            if r is None:
-                row = ClaimRow(key, run_id, "claimed", owner, 1, now + lease, digest, value, now, None)
-                conn.execute(f"INSERT INTO remit_claims ({_CL_COLS}) VALUES "
-                             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (row.key, row.run_id, row.status, row.owner, row.fence,
-                              row.lease_until, row.digest, row.value, row.claimed_at,
-                              row.consumed_at))
-                return "won", row
-            cur = _cl(r)
-            if cur.status == "consumed":
-                return "consumed", cur
-            if cur.status == "released":
-                conn.execute("UPDATE remit_claims SET status = 'claimed', owner = ?, "
-                             "fence = fence + 1, lease_until = ?, digest = ?, value = ?, "
-                             "claimed_at = ? WHERE key = ?",
-                             (owner, now + lease, digest, value, now, key))
-                return "won", self._claim_row(conn, key)
-            if cur.owner == owner:
-                return "reentered", cur
-            if cur.lease_until > now:
-                return "held", cur
-            if digest is not None and cur.digest is not None and digest != cur.digest:
-                return "mismatch", cur
-            conn.execute("UPDATE remit_claims SET owner = ?, fence = fence + 1, lease_until = ? "
-                         "WHERE key = ?", (owner, now + lease, key))
-            return "taken_over", dataclasses.replace(self._claim_row(conn, key),
-                                                     previous_owner=cur.owner)
-
-    @staticmethod
-    def _claim_row(conn: sqlite3.Connection, key: str) -> ClaimRow:
-        return _cl(conn.execute(f"SELECT {_CL_COLS} FROM remit_claims WHERE key = ?",
-                                (key,)).fetchone())
-
-    def _consume_claim(self, key: str, owner: str, fence: int, digest: str | None
-                       ) -> tuple[bool, ClaimRow | None]:
-        with self._tx() as conn:
-            r = conn.execute(f"SELECT {_CL_COLS} FROM remit_claims WHERE key = ?", (key,)).fetchone()
-            if r is None:
-                return False, None
-            cur = _cl(r)
-            if cur.owner != owner or cur.fence != fence or cur.status == "released":
-                return False, cur
-            if cur.status == "consumed":
-                return True, cur
-            conn.execute("UPDATE remit_claims SET status = 'consumed', consumed_at = ?, "
-                         "digest = COALESCE(?, digest) WHERE key = ?", (self._now(), digest, key))
-            return True, self._claim_row(conn, key)
-
-    def _release_claim(self, key: str, owner: str, fence: int) -> bool:
-        with self._tx() as conn:
-            cur = conn.execute("UPDATE remit_claims SET status = 'released' WHERE key = ? AND "
-                               "owner = ? AND fence = ? AND status = 'claimed'", (key, owner, fence))
-            return cur.rowcount == 1
-
-    def _renew_claim(self, key: str, owner: str, fence: int, lease: float) -> bool:
-        with self._tx() as conn:
-            cur = conn.execute("UPDATE remit_claims SET lease_until = ? WHERE key = ? AND "
-                               "owner = ? AND fence = ? AND status = 'claimed'",
-                               (self._now() + lease, key, owner, fence))
-            return cur.rowcount == 1
-
-    def _get_claim(self, key: str) -> ClaimRow | None:
-        with self._tx(write=False) as conn:
-            r = conn.execute(f"SELECT {_CL_COLS} FROM remit_claims WHERE key = ?", (key,)).fetchone()
-            return None if r is None else _cl(r)
-
-    def _list_claims(self, run_id: str | None) -> list[ClaimRow]:
-        with self._tx(write=False) as conn:
-            if run_id is None:
-                rows = conn.execute(f"SELECT {_CL_COLS} FROM remit_claims ORDER BY claimed_at, key")
-            else:
-                rows = conn.execute(f"SELECT {_CL_COLS} FROM remit_claims WHERE run_id = ? "
-                                    "ORDER BY claimed_at, key", (run_id,))
-            return [_cl(r) for r in rows]
+            r = conn.execute(records.select, {"key": key}).fetchone()
+            verdict = decide(None if r is None else records.row(r), self._now())
+            self._apply(conn, records, verdict)
+            return verdict

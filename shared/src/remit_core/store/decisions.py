@@ -1,0 +1,219 @@
+"""The receipt and claim decisions of the contract, written once, as pure functions.
+
+Each function takes the stored record (``None`` when there is none), the request and
+``now`` (the backend's clock, epoch seconds) and returns a :class:`Verdict`: the
+outcome, the record as the caller gets it, and what to write. It reads and writes
+nothing itself. A backend applies the verdict inside the one atomic operation in which it
+read the record -- SQLite's ``BEGIN IMMEDIATE`` transaction, PostgreSQL's row lock
+(``SELECT ... FOR UPDATE``; a verdict that writes nothing may be taken on the committed
+row) -- so no decision is check-then-act across two round trips.
+
+The SQL backends (:mod:`remit_core.store.sql`) call these functions, and render the
+fenced changes (:data:`COMPLETE_RECEIPT`, :data:`RENEW_CLAIM`, ...) into one conditional
+statement each. The Redis backend runs the same tables in its Lua scripts
+(:mod:`remit_core.store.redis`), the one second copy: ``tests/test_store_decisions.py``
+drives random records and requests through these functions and through every backend
+(the Lua scripts on a real Redis) and compares the verdicts.
+
+Fencing (EO, CO): an owner's later operations on a record it was granted -- complete,
+renew, release, consume -- carry the ``fence`` of the grant, and apply only while the
+stored owner *and* fence are still the caller's. A holder whose lease lapsed and was
+taken over (the fence went up) is refused, even when the same owner token claims again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
+
+from remit_core.records import ClaimOutcome, ClaimRow, ReceiptOutcome, ReceiptRow
+
+Outcome = TypeVar("Outcome")
+Row = TypeVar("Row")
+R = TypeVar("R", ReceiptRow, ClaimRow)
+
+#: what the backend writes for a verdict: nothing, the new record, the changed record,
+#: or the deletion of the stored record
+Write = Literal["none", "insert", "update", "delete"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict(Generic[Outcome, Row]):
+    """What a decision function decided."""
+
+    outcome: Outcome
+    #: the record as the caller gets it: the stored one when nothing is written, else the
+    #: one to write (for a delete, the stored one)
+    row: Row
+    write: Write = "none"
+
+
+# ==================================================================================== receipts
+
+
+def start_receipt(cur: ReceiptRow | None, *, key: str, run_id: str, step: str, name: str,
+                  ordinal: int, owner: str, lease: float, may_take_over: bool,
+                  now: float) -> Verdict[ReceiptOutcome, ReceiptRow]:
+    """EO, phase one: who calls the effect of ``key``.
+
+    ============================================  ===========================================
+    stored receipt                                outcome (and write)
+    ============================================  ===========================================
+    none                                          ``run``: insert started(owner, fence 1,
+                                                  attempt 1, lease_until now+lease)
+    completed                                     ``done``
+    started, owner == owner                       ``run`` (a retried call; no write)
+    started, lease_until > now                    ``busy``
+    started, expired, may_take_over               ``taken_over``: owner, fence+1, attempt+1,
+                                                  lease_until now+lease (the row returned
+                                                  has ``previous_owner``: the dead one)
+    started, expired, not may_take_over           ``in_doubt`` (no write)
+    ============================================  ===========================================
+    """
+    if cur is None:
+        return Verdict("run", ReceiptRow(key, run_id, step, name, ordinal, "started", owner, 1,
+                                         now + lease, now, None, None, 1), "insert")
+    if cur.status == "completed":
+        return Verdict("done", cur)
+    if cur.owner == owner:  # a retry of a call that committed: it owns the receipt already
+        return Verdict("run", cur)
+    if cur.lease_until > now:
+        return Verdict("busy", cur)
+    if not may_take_over:  # EO: the owner died mid-call; re-calling could fire it twice
+        return Verdict("in_doubt", cur)
+    return Verdict("taken_over", dataclasses.replace(
+        cur, owner=owner, fence=cur.fence + 1, attempt=cur.attempt + 1,
+        lease_until=now + lease, previous_owner=cur.owner), "update")
+
+
+# ====================================================================================== claims
+
+
+def claim(cur: ClaimRow | None, *, key: str, run_id: str, owner: str, lease: float,
+          digest: str | None, value: bytes | None, now: float
+          ) -> Verdict[ClaimOutcome, ClaimRow]:
+    """CO: who holds the one-time slot ``key``.
+
+    ============================================  ===========================================
+    stored claim                                  outcome (and write)
+    ============================================  ===========================================
+    none                                          ``won``: insert claimed(owner, fence 1,
+                                                  digest, value, lease_until now+lease)
+    consumed                                      ``consumed``
+    released                                      ``won``: claimed(owner, fence+1, digest,
+                                                  value, lease)
+    claimed, owner == owner                       ``reentered`` (no write)
+    claimed, lease_until > now                    ``held``
+    claimed, expired, digest None or equal        ``taken_over``: owner, fence+1, lease;
+                                                  digest and value kept (the row returned
+                                                  has ``previous_owner``)
+    claimed, expired, digest differs              ``mismatch``
+    ============================================  ===========================================
+    """
+    if cur is None:
+        return Verdict("won", ClaimRow(key, run_id, "claimed", owner, 1, now + lease, digest,
+                                       value, now, None), "insert")
+    if cur.status == "consumed":  # CO: a value is consumed once
+        return Verdict("consumed", cur)
+    if cur.status == "released":
+        return Verdict("won", dataclasses.replace(
+            cur, status="claimed", owner=owner, fence=cur.fence + 1, lease_until=now + lease,
+            digest=digest, value=value, claimed_at=now), "update")
+    if cur.owner == owner:  # a retry of a call that committed: it holds the claim already
+        return Verdict("reentered", cur)
+    if cur.lease_until > now:
+        return Verdict("held", cur)
+    if digest is not None and cur.digest is not None and digest != cur.digest:
+        return Verdict("mismatch", cur)
+    # LV: the holder died; take over with the recorded digest and value
+    return Verdict("taken_over", dataclasses.replace(
+        cur, owner=owner, fence=cur.fence + 1, lease_until=now + lease,
+        previous_owner=cur.owner), "update")
+
+
+def consume_claim(cur: ClaimRow | None, *, owner: str, fence: int, digest: str | None,
+                  now: float) -> Verdict[bool, ClaimRow | None]:
+    """CO: mark the caller's claim consumed (``consumed_at`` now; ``digest`` when given).
+
+    True when the caller holds it (owner and fence) and it is claimed, or it is already
+    consumed by this owner and fence (a retry, no write); False otherwise, with the stored
+    record (None when there is none)."""
+    if cur is None or not holds(cur, owner, fence) or cur.status == "released":
+        return Verdict(False, cur)
+    if cur.status == "consumed":
+        return Verdict(True, cur)
+    return Verdict(True, dataclasses.replace(
+        cur, status="consumed", consumed_at=now,
+        digest=cur.digest if digest is None else digest), "update")
+
+
+# ============================================================================= fenced changes
+
+
+def holds(cur: ReceiptRow | ClaimRow, owner: str | None, fence: int | None) -> bool:
+    """The caller still holds the record: its owner and fence are the caller's."""
+    return cur.owner == owner and cur.fence == fence
+
+
+class From(enum.Enum):
+    """A value a :class:`Change` sets that comes from the request or the clock."""
+
+    NOW = "now"
+    LEASE_END = "now + lease"
+    RESULT = "result"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A change to one stored record, applied when its guard holds (else nothing changes
+    and the caller is told False).
+
+    The guard: the record exists, the caller holds it (:func:`holds`) unless
+    ``fenced`` is False (an operator's repair), and its status is ``status`` when that
+    is given. The SQL backends render a change as one conditional statement
+    (:meth:`remit_core.store.sql.Records.change`); :func:`apply` is its meaning.
+    """
+
+    status: str | None
+    #: column -> the value it gets (a constant, or one of :class:`From`); None: the
+    #: record is deleted
+    sets: Mapping[str, str | From] | None
+    fenced: bool = True
+
+
+#: EO, phase two: record the result (also on a receipt this owner and fence completed)
+COMPLETE_RECEIPT = Change(None, {"status": "completed", "result": From.RESULT,
+                                 "completed_at": From.NOW})
+#: drop a started receipt whose call raised, so that the next call runs the effect again
+RELEASE_RECEIPT = Change("started", None)
+#: LV: keep the lease of an effect in flight
+RENEW_RECEIPT = Change("started", {"lease_until": From.LEASE_END})
+#: record a result for an in-doubt receipt, after reconciling it by hand
+RESOLVE_RECEIPT = Change(None, {"status": "completed", "result": From.RESULT,
+                                "completed_at": From.NOW}, fenced=False)
+#: give a held claim back, so that another delivery may claim it
+RELEASE_CLAIM = Change("claimed", {"status": "released"})
+#: LV: keep the lease of a held claim
+RENEW_CLAIM = Change("claimed", {"lease_until": From.LEASE_END})
+
+
+def apply(change: Change, cur: R | None, *, owner: str | None = None,
+          fence: int | None = None, now: float, lease: float = 0.0,
+          result: bytes | None = None) -> Verdict[bool, R | None]:
+    """The verdict of ``change`` on the stored record ``cur``."""
+    if cur is None or (change.fenced and not holds(cur, owner, fence)) or (
+            change.status is not None and cur.status != change.status):
+        return Verdict(False, cur)
+    if change.sets is None:
+        return Verdict(True, cur, "delete")
+    given = {From.NOW: now, From.LEASE_END: now + lease, From.RESULT: result}
+    values = {col: given[v] if isinstance(v, From) else v for col, v in change.sets.items()}
+    return Verdict(True, dataclasses.replace(cur, **values), "update")  # type: ignore[arg-type]
+
+
+__all__ = ["COMPLETE_RECEIPT", "RELEASE_CLAIM", "RELEASE_RECEIPT", "RENEW_CLAIM",
+           "RENEW_RECEIPT", "RESOLVE_RECEIPT", "Change", "From", "Verdict", "Write", "apply",
+           "claim", "consume_claim", "holds", "start_receipt"]
