@@ -1,4 +1,4 @@
-"""The pytest plugin (remit-core's ``pytest11`` entry point): ``--remit-contract`` turns the
+"""The pytest plugin (remit-check's ``pytest11`` entry point): ``--remit-contract`` turns the
 LangGraph fault matrix into tests for any checkpointer factory. Each case runs pytest in a
 subprocess (pytester), with real child processes under it."""
 
@@ -16,7 +16,7 @@ def test_without_the_option_it_adds_nothing(pytester: pytest.Pytester) -> None:
         import sys
 
         def test_one():
-            assert "remit_core.pytest_plugin" in sys.modules
+            assert "remit_check.pytest_plugin" in sys.modules
             assert not [m for m in sys.modules if m.startswith(("langgraph", "remit_langgraph"))]
     """)
     result = pytester.runpytest_subprocess(*ISOLATED)
@@ -36,7 +36,7 @@ def test_a_malformed_factory_is_a_usage_error(pytester: pytest.Pytester) -> None
 
 
 def test_an_unknown_factory_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess(*ISOLATED, "--remit-contract=remit_langgraph.check:nope")
+    result = pytester.runpytest_subprocess(*ISOLATED, "--remit-contract=remit_check.langgraph:nope")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*cannot load the factory: AttributeError*nope*"])
 
@@ -70,7 +70,7 @@ def test_fixtures(pytester: pytest.Pytester) -> None:
 @pytest.mark.slow
 def test_remit_saver_passes_every_cell(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(
-        *ISOLATED, "-v", "--remit-contract=remit_langgraph.check:remit_saver",
+        *ISOLATED, "-v", "--remit-contract=remit_check.langgraph:remit_saver",
         "--remit-contract-k=3")
     result.assert_outcomes(passed=9)
     result.stdout.fnmatch_lines(["*collected 9 items*",
@@ -83,11 +83,11 @@ def test_remit_saver_passes_every_cell(pytester: pytest.Pytester) -> None:
 @pytest.mark.slow
 def test_stock_saver_fails_where_stock_violates(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(
-        *ISOLATED, "--remit-contract=remit_langgraph.check:stock_saver",
+        *ISOLATED, "--remit-contract=remit_check.langgraph:stock_saver",
         "-k", "k-resumes or second-resume or invalid-state or kill-between-steps")
     result.assert_outcomes(passed=1, failed=3, deselected=5)
     result.stdout.fnmatch_lines([
-        "*CO-k violated at k-resumes on remit_langgraph.check:stock_saver: 4 racing resumes: "
+        "*CO-k violated at k-resumes on remit_check.langgraph:stock_saver: 4 racing resumes: "
         "gated effect fired * times*resumes_accepted=4*",
         "*CO violated at second-resume*second_values_stored=1*",
         "*CV violated at invalid-state*invalid_stored=1*",

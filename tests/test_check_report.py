@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from remit_core.check import run_check
-from remit_core.check.report import text, write_html, write_json
+from remit_check import run_check
+from remit_check.report import text, write_html, write_json
 from tests.conftest import unavailable
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

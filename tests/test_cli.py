@@ -75,7 +75,7 @@ def test_check_skips_a_missing_framework_with_a_note(
     exit status is 1 (nothing was shown to hold)."""
     import importlib.util
 
-    from remit_core import check
+    import remit_check as check
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

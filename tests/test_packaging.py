@@ -1,4 +1,5 @@
-"""Packaging: the workspace builds four wheels, and remit-core installs on its own.
+"""Packaging: the workspace builds five wheels, the runtime wheels carry no check harness,
+and remit-core installs on its own (where ``remit check`` says what to install).
 
 The build runs once per module (``uv build --all-packages``); the install test uses a
 clean virtualenv and the package index for remit-core's dependencies.
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 DISTS = {
     "remit_core": "remit_core",
+    "remit_check": "remit_check",
     "remit_langgraph": "remit_langgraph",
     "remit_crewai": "remit_crewai",
     "remit_pydantic_graph": "remit_pydantic_graph",
@@ -73,13 +75,63 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_build_produces_four_wheels_and_sdists(built: Path) -> None:
+#: the runtime distributions: what ``pip install remit-<adapter>`` brings
+RUNTIME = sorted(set(DISTS) - {"remit_check"})
+
+
+def test_build_produces_five_wheels_and_sdists(built: Path) -> None:
     wheels = sorted(p.name for p in built.glob("*.whl"))
     sdists = sorted(p.name for p in built.glob("*.tar.gz"))
-    assert len(wheels) == 4, wheels
+    assert len(wheels) == 5, wheels
     assert {_dist_name(w) for w in wheels} == set(DISTS), wheels
-    assert len(sdists) == 4, sdists
+    assert len(sdists) == 5, sdists
     assert {_dist_name(s) for s in sdists} == set(DISTS), sdists
+
+
+def _wheel(built: Path, dist: str) -> zipfile.ZipFile:
+    (wheel,) = [p for p in built.glob("*.whl") if _dist_name(p.name) == dist]
+    return zipfile.ZipFile(wheel)
+
+
+def _entry_points(zf: zipfile.ZipFile) -> str:
+    names = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    return zf.read(names[0]).decode() if names else ""
+
+
+@pytest.mark.parametrize("dist", RUNTIME)
+def test_runtime_wheels_hold_no_check_harness(built: Path, dist: str) -> None:
+    """``pip install remit-langgraph`` (or another runtime package) installs no scenario,
+    harness, report or pytest plugin: they are the remit-check wheel's."""
+    with _wheel(built, dist) as zf:
+        names = zf.namelist()
+        entry_points = _entry_points(zf)
+    harness = [n for n in names if set(n.split("/")[1:]) & {
+        "check", "check.py", "pytest_plugin.py", "harness.py", "report.py", "matrix.py"}]
+    assert harness == [], harness
+    assert not any(n.startswith("remit_check/") for n in names), names
+    assert "pytest11" not in entry_points, entry_points
+    with _wheel(built, "remit_check") as zf:
+        checks = set(zf.namelist())
+    assert {"remit_check/__init__.py", "remit_check/harness.py", "remit_check/report.py",
+            "remit_check/pytest_plugin.py", "remit_check/langgraph/matrix.py",
+            "remit_check/crewai/matrix.py",
+            "remit_check/pydantic_graph/matrix.py"} <= checks
+
+
+def test_adapters_register_their_parts(built: Path) -> None:
+    """Each adapter wheel declares its migrate command, its checks and its fixtures in the
+    group remit.adapters; remit-core declares none, and remit-check the pytest plugin."""
+    for dist, name in (("remit_langgraph", "langgraph"), ("remit_crewai", "crewai"),
+                       ("remit_pydantic_graph", "pydantic-graph")):
+        with _wheel(built, dist) as zf:
+            declared = _entry_points(zf)
+        assert "[remit.adapters]" in declared, declared
+        for part in ("migrate", "check", "pytest"):
+            assert f"{name}.{part} = " in declared, declared
+    with _wheel(built, "remit_core") as zf:
+        assert _entry_points(zf).strip() == "[console_scripts]\nremit = remit_core.cli:main"
+    with _wheel(built, "remit_check") as zf:
+        assert "remit = remit_check.pytest_plugin" in _entry_points(zf)
 
 
 @pytest.mark.parametrize("dist", sorted(DISTS))
@@ -130,3 +182,14 @@ def test_core_wheel_installs_into_clean_venv(built: Path, tmp_path: Path) -> Non
     )
     assert proc.returncode == 0, proc.stderr
     assert Path(proc.stdout.strip()).is_relative_to(venv), proc.stdout
+
+    # without remit-check, `remit check` says what to install: one line, exit status 2
+    proc = subprocess.run(
+        [str(bindir / "remit"), "check", "--reps", "1"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == "", proc.stdout
+    assert proc.stderr.strip().splitlines() == [
+        "remit check: the fault matrix is not installed (it is the package remit-check): "
+        "pip install remit-check"], proc.stderr

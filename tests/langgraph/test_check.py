@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from remit_core.check import CellResult, CheckEnv, Report, run_check
-from remit_langgraph import check
+from remit_check import CellResult, CheckEnv, Report, run_check
+from remit_check.langgraph import matrix as check
 
 
 def cells(report: Report) -> dict[tuple[str, str, str], CellResult]:
@@ -124,7 +124,7 @@ def test_lv_cell_fails_when_nothing_survives_the_owner(tmp_path: Path) -> None:
 def test_the_fork_server_preload_starts_no_thread() -> None:
     """Workers are forked from a server that imported this module: it must be
     single-threaded after the import."""
-    code = ("import threading, remit_langgraph.check; "
+    code = ("import threading, remit_check.langgraph.matrix; "
             "print(threading.active_count())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
@@ -148,7 +148,7 @@ def test_a_missing_stock_saver_is_a_one_line_reason(monkeypatch: pytest.MonkeyPa
 
 
 def test_a_factory_that_returns_no_saver_is_an_error_cell(tmp_path: Path) -> None:
-    from remit_core.check import CheckEnv as Env
+    from remit_check import CheckEnv as Env
 
     env = Env(workdir=tmp_path, k=2, reps=1)
     (scenario,) = [s for s in check.scenarios() if s.fault == "second-resume"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from remit_core.check import run_check
+from remit_check import run_check
 
 
 def cells(report: object) -> dict[tuple[str, str, str], str]:

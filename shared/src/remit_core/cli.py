@@ -1,9 +1,10 @@
 """The ``remit`` command: ``check``, ``inspect`` and ``migrate``.
 
 ``inspect`` looks inside a store. ``migrate`` imports runs that a stock
-persistence layer stored; each adapter package implements its own part.
-``check`` runs the resume contract's fault matrix for every installed framework,
-stock against remit.
+persistence layer stored; each adapter registers its own part (the entry points of
+:mod:`remit_core.registry`). ``check`` runs the resume contract's fault matrix for
+every installed adapter, stock against remit; the matrix is the package remit-check
+(``remit_check``), which the runtime packages do not install.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from remit_core.errors import RemitError
+from remit_core.registry import GROUP, registrations
 from remit_core.store import open_store
 from remit_core.urls import mask_url, scrub_lines, url_secrets
+
+CHECK_DIST = "remit-check"
+"""The distribution of ``remit check`` (import ``remit_check``)."""
+CHECK_MISSING = ("remit check: the fault matrix is not installed (it is the package "
+                 f"{CHECK_DIST}): pip install {CHECK_DIST}")
 
 
 def _ts(t: float | None) -> str:
@@ -37,11 +44,16 @@ def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
 
 
 def _versions() -> str:
-    """``remit X (remit-core X, remit-langgraph X, ...)``: the installed remit packages."""
+    """``remit X (remit-core X, remit-check X, <each adapter> X; Python X)``: the installed
+    remit packages (the adapters are the distributions that register entry points)."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from remit_core.registry import distributions
+    from remit_core.serde import ENTRY_POINT_GROUP
+
     found = []
-    for dist in ("remit-core", "remit-langgraph", "remit-crewai", "remit-pydantic-graph"):
+    adapters = [d for d in distributions(GROUP, ENTRY_POINT_GROUP) if d != "remit-core"]
+    for dist in ("remit-core", CHECK_DIST, *adapters):
         try:
             found.append(f"{dist} {version(dist)}")
         except PackageNotFoundError:
@@ -113,11 +125,11 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from remit_core.migrate import adapter_module
+    from remit_core.migrate import migrate_command
 
-    module = adapter_module(args.framework)
+    migrate = migrate_command(args.framework)
     options = {} if args.run_id is None else {"run_id": args.run_id}
-    report = module.migrate(args.source, args.target, **options)
+    report = migrate(args.source, args.target, **options)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -127,11 +139,26 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_faults() -> list[str] | None:
+    """The fault points ``remit check`` knows, or None when remit-check is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("remit_check") is None:
+        return None
+    from remit_check import FAULTS
+
+    return list(FAULTS)
+
+
 def _check(args: argparse.Namespace) -> int:
+    import importlib.util
     from pathlib import Path
 
-    from remit_core.check import run_check
-    from remit_core.check.report import text, write_html, write_json
+    if importlib.util.find_spec("remit_check") is None:
+        print(CHECK_MISSING, file=sys.stderr)
+        return 2
+    from remit_check import run_check
+    from remit_check.report import text, write_html, write_json
 
     if args.store is not None:
         # an unusable store is a configuration error, found before any cell runs
@@ -164,14 +191,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ins.add_argument("--json", action="store_true", help="print JSON")
     ins.add_argument("--limit", type=int, default=50)
     ins.set_defaults(func=_inspect)
-    from remit_core.check import FAULTS, FRAMEWORKS
-
-    chk = sub.add_parser("check", help="run the resume-contract fault matrix, stock vs remit")
+    faults = _check_faults()
+    chk = sub.add_parser("check", help="run the resume-contract fault matrix, stock vs remit"
+                         + ("" if faults is not None else f" (needs {CHECK_DIST})"))
     chk.add_argument("--store", help="a remit store URL to test on (default: a temporary "
                      "SQLite file); use a PostgreSQL or Redis server to test across hosts")
-    chk.add_argument("--framework", action="append", choices=list(FRAMEWORKS),
+    chk.add_argument("--framework", action="append", choices=list(registrations("check")),
                      help="only this framework (repeatable; default: every installed one)")
-    chk.add_argument("--fault", action="append", choices=list(FAULTS),
+    chk.add_argument("--fault", action="append", choices=faults,
                      help="only this fault point (repeatable)")
     chk.add_argument("--k", type=int, default=4, help="concurrent resumers (default 4)")
     chk.add_argument("--reps", type=int, default=2, help="repetitions per cell (default 2)")
@@ -181,17 +208,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     chk.set_defaults(func=_check)
     mig = sub.add_parser("migrate", help="import runs from a stock persistence layer")
     fw = mig.add_subparsers(dest="framework", required=True)
-    from remit_core.migrate import ADAPTERS
+    from remit_core.migrate import frameworks
 
-    for framework in ADAPTERS:
+    for framework in frameworks():
         p = fw.add_parser(framework, help=f"import from the stock {framework} persistence")
         p.add_argument("--from", dest="source", required=True,
                        help="the stock store: a file path or a database URL")
         p.add_argument("--to", dest="target", required=True, help="the remit store URL")
         p.add_argument("--json", action="store_true", help="print the report as JSON")
         p.add_argument("--run-id", dest="run_id", default=None,
-                       help="the run id to store under (pydantic-graph files hold one "
-                            "run and do not name it); elsewhere, import only this run")
+                       help="the run id to store under, for a source that holds one run "
+                            "and does not name it; elsewhere, import only this run")
         p.set_defaults(func=_migrate)
     args = parser.parse_args(argv)
     try:

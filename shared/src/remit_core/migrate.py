@@ -1,25 +1,20 @@
 """The shared part of ``remit migrate``: the report, and the dispatch to adapters.
 
-Each adapter package ships a module ``remit_<framework>.migrate`` with a
-function ``migrate(source, target, *, run_id=None) -> MigrationReport``. The
-command ``remit migrate <framework> --from SRC --to URL`` finds the module,
-so remit-core never imports a framework.
+Each adapter registers its import as the entry point ``<framework>.migrate`` of the
+group ``remit.adapters`` (:mod:`remit_core.registry`): a function
+``migrate(source, target, *, run_id=None) -> MigrationReport``. The command
+``remit migrate <framework> --from SRC --to URL`` loads it when it runs, so remit-core
+never imports a framework and names no adapter.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from remit_core.errors import RemitError
-
-#: command-line name -> the module that implements it
-ADAPTERS: dict[str, str] = {
-    "langgraph": "remit_langgraph.migrate",
-    "crewai": "remit_crewai.migrate",
-    "pydantic-graph": "remit_pydantic_graph.migrate",
-}
+from remit_core.registry import RegistrationError, registration, registrations
 
 
 class MigrationError(RemitError):
@@ -80,18 +75,21 @@ class MigrationReport:
         return text
 
 
-def adapter_module(framework: str) -> Any:
-    """Import the migrate module of ``framework``, or explain what to install."""
+def frameworks() -> list[str]:
+    """The frameworks whose adapter registers a migrate command (imports nothing)."""
+    return list(registrations("migrate"))
+
+
+def migrate_command(framework: str) -> Callable[..., MigrationReport]:
+    """The registered ``migrate`` function of ``framework``, or a :class:`MigrationError`
+    that says which adapters are installed, or why the command does not load."""
     try:
-        name = ADAPTERS[framework]
-    except KeyError:
-        raise MigrationError(f"unknown framework {framework!r}; "
-                             f"choose one of {', '.join(ADAPTERS)}") from None
-    package = name.split(".")[0].replace("_", "-")
+        reg = registration("migrate", framework)
+    except RegistrationError as exc:
+        raise MigrationError(str(exc)) from None
     try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
-            raise MigrationError(f"remit migrate {framework} needs the adapter package: "
-                                 f"pip install {package}") from None
-        raise
+        fn: Callable[..., MigrationReport] = reg.load()
+    except ImportError as exc:
+        raise MigrationError(f"remit migrate {framework}: {reg.target} (from {reg.distribution}) "
+                             f"does not load: {type(exc).__name__}: {exc}") from exc
+    return fn

@@ -962,20 +962,11 @@ def _annotated_classes(roots: Iterable[Any]) -> list[type]:
 def load_registrations(serde: Serde, *, group: str = ENTRY_POINT_GROUP) -> list[str]:
     """Call every installed adapter's ``register_types(serde)`` (entry point group
     ``remit.serde``); return the entry points loaded. One that fails to load is skipped
-    with a warning naming it, so that the others still register."""
-    import importlib.metadata
-    import warnings
+    with a warning naming it, so that the others still register. (The same loader as the
+    adapters' other parts: :mod:`remit_core.registry`.)"""
+    from remit_core.registry import call_each
 
-    loaded: list[str] = []
-    for ep in importlib.metadata.entry_points(group=group):
-        try:
-            ep.load()(serde)
-        except Exception as exc:
-            warnings.warn(f"remit: the type registrations of {ep.value} ({ep.name}) could not "
-                          f"be loaded: {type(exc).__name__}: {exc}", stacklevel=2)
-        else:
-            loaded.append(ep.value)
-    return loaded
+    return call_each(group, serde, what="the type registrations of")
 
 
 def inspect_serde() -> Serde:

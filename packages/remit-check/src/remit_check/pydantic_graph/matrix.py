@@ -1,13 +1,11 @@
 """``remit check`` for pydantic-graph: the fault matrix on FileStatePersistence and on remit.
 
-Every cell is measured by real runs of small graphs with no LLM, in child
-processes forked from a server that imported only this module. Kill points
-are reported by the child over a pipe (the parent then SIGKILLs it); racers
-are released by a barrier; a ledger file (one fsynced line per real effect
-call and per node entry) is the oracle.
-
-A layer factory is ``factory(directory, run_id) -> BaseStatePersistence``:
-every call with the same directory reaches the same durable history.
+Every cell is measured by real runs of small graphs with no LLM
+(:mod:`remit_check.pydantic_graph.graphs`), in child processes forked from a server
+that imported only this module. Kill points are reported by the child over a pipe
+(the parent then SIGKILLs it); racers are released by a barrier; a ledger file (one
+fsynced line per real effect call and per node entry) is the oracle. The layers and
+their factory contract are declared in :mod:`remit_check.pydantic_graph`.
 """
 
 from __future__ import annotations
@@ -20,71 +18,44 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
-from pydantic_graph import BaseNode, End, GraphRunContext
-from pydantic_graph.graph import Graph
-from pydantic_graph.persistence import BaseStatePersistence
+from pydantic_graph import BaseNode, End
 
-from remit_core import ConsumeConflict, StateValidationError, effect
-from remit_core.check import CellResult, CheckEnv, Scenario, verdict
-from remit_core.check.harness import (
+from remit_check import CellResult, CheckEnv, Scenario, verdict
+from remit_check.harness import (
     Layer,
     count,
     forkserver,
     hold,
     lines,
-    note,
     one_child,
     pid_of,
     quiet_children,
-    remit_url,
     use_layer,
 )
-from remit_core.check.harness import crash as _crash_in
+from remit_check.harness import crash as _crash_in
+from remit_check.pydantic_graph import FRAMEWORK, LEASE
+from remit_check.pydantic_graph.graphs import (
+    CLEAN,
+    GRAPHS,
+    A,
+    Answer,
+    Ask,
+    Bulk,
+    C,
+    Deps,
+    Evaluate,
+    Order,
+    Step,
+    bulk_graph,
+    order_graph,
+    question_graph,
+)
+from remit_core import ConsumeConflict, StateValidationError
 
-FRAMEWORK = "pydantic-graph"
-LAYERS = {"stock": "remit_pydantic_graph.check:stock_persistence",
-          "remit": "remit_pydantic_graph.check:remit_persistence"}
-LEASE = 1.0
 WAIT = 30.0  # a child that does not report within this many seconds counts as stuck
-
-
-def stock_persistence(directory: str, run_id: str) -> BaseStatePersistence[Any, Any]:
-    from pydantic_graph.persistence.file import FileStatePersistence
-
-    return FileStatePersistence(Path(directory) / f"{run_id}.json")
-
-
-def remit_persistence(directory: str, run_id: str) -> BaseStatePersistence[Any, Any]:
-    from remit_pydantic_graph import RemitStatePersistence
-
-    return RemitStatePersistence.from_url(remit_url(directory), run_id=run_id, lease=LEASE)
-
-
-# ================================================================================ graphs
-
-
-@dataclass
-class Deps:
-    ledger: str
-    hang: str = ""
-    conn: Connection | None = None
-
-
-@dataclass
-class Order:
-    x: int = 0
-    log: list[str] = field(default_factory=list)
-
-
-@effect(name="check-charge")
-def charge(ledger: str, amount: int, *, idempotency_key: str = "") -> str:
-    note(ledger, f"effect charge {amount}")
-    return f"txn-{amount}"
 
 
 def _hang(deps: Deps, point: str) -> None:
@@ -92,99 +63,7 @@ def _hang(deps: Deps, point: str) -> None:
         hold(deps.conn, point)
 
 
-@dataclass
-class A(BaseNode[Order, Deps, int]):
-    async def run(self, ctx: GraphRunContext[Order, Deps]) -> B:
-        note(ctx.deps.ledger, "enter A")
-        ctx.state.x += 1
-        return B(amount=ctx.state.x * 10)
-
-
-@dataclass
-class B(BaseNode[Order, Deps, int]):
-    amount: int
-
-    async def run(self, ctx: GraphRunContext[Order, Deps]) -> C:
-        note(ctx.deps.ledger, "enter B")
-        ctx.state.log.append(charge(ctx.deps.ledger, self.amount))
-        _hang(ctx.deps, "after-effect")
-        ctx.state.x += self.amount
-        if ctx.deps.hang == "invalid":
-            ctx.state.x = "eleven"  # type: ignore[assignment]  # the CV fault
-        return C()
-
-
-@dataclass
-class C(BaseNode[Order, Deps, int]):
-    async def run(self, ctx: GraphRunContext[Order, Deps]) -> End[int]:
-        note(ctx.deps.ledger, "enter C")
-        ctx.state.log.append("C")
-        return End(ctx.state.x)
-
-
-order_graph = Graph[Order, Deps, int](nodes=[A, B, C])
-CLEAN = (11, Order(x=11, log=["txn-10", "C"]))  # the output and state of an uncrashed run
-
-
-@effect(name="check-grant")
-def grant(ledger: str, *, idempotency_key: str = "") -> str:
-    note(ledger, "effect grant")
-    return "granted"
-
-
-@dataclass
-class Ask(BaseNode[Order, Deps, str]):
-    async def run(self, ctx: GraphRunContext[Order, Deps]) -> Answer:
-        return Answer()
-
-
-@dataclass
-class Answer(BaseNode[Order, Deps, str]):
-    async def run(self, ctx: GraphRunContext[Order, Deps]) -> Evaluate:
-        raise RuntimeError("the answer comes from outside: Answer never runs")
-
-
-@dataclass
-class Evaluate(BaseNode[Order, Deps, str]):
-    answer: str
-
-    async def run(self, ctx: GraphRunContext[Order, Deps]) -> End[str]:
-        note(ctx.deps.ledger, f"enter Evaluate {self.answer}")
-        ctx.state.log.append(grant(ctx.deps.ledger))
-        return End(self.answer)
-
-
-question_graph = Graph[Order, Deps, str](nodes=[Ask, Answer, Evaluate])
-
-BULK_STEPS = 10
-BLOB = 1 << 20
-
-
-@dataclass
-class Bulk:
-    n: int = 0
-    blob: str = ""
-
-
-@dataclass
-class Step(BaseNode[Bulk, None, int]):
-    i: int
-
-    async def run(self, ctx: GraphRunContext[Bulk]) -> Step | End[int]:
-        ctx.state.n += 1
-        ctx.state.blob = f"{self.i:08d}" * (BLOB // 8)
-        return Step(self.i + 1) if self.i + 1 < BULK_STEPS else End(ctx.state.n)
-
-
-bulk_graph = Graph[Bulk, None, int](nodes=[Step])
-
-
-GRAPHS: dict[str, Graph[Any, Any, Any]] = {"order": order_graph, "bulk": bulk_graph}
-
-
 # ========================================================================= child bodies
-
-
 
 
 def _open(layer: Layer, d: str, run_id: str) -> Any:
@@ -363,7 +242,7 @@ def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResul
         d = env.fresh_dir("kill-after-effect")
         ledger = d / "ledger"
         run_id = env.new_id("order")
-        _crash(run_order, (lay, str(d), run_id, str(ledger), "after-effect"), "after-effect")
+        _crash(run_order, (lay, str(d), run_id, str(ledger), "B"), "charged")  # inside B
         with _pool() as pool:
             got = pool.apply(recover, (lay, str(d), run_id, str(ledger)))
         entries = lines(ledger)

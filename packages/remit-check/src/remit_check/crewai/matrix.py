@@ -1,14 +1,11 @@
 """``remit check`` for CrewAI Flows: the fault matrix on SQLiteFlowPersistence and on remit.
 
-Every cell is measured by real runs of small flows with no LLM, in child
-processes forked from a server that imported only this module (and CrewAI).
-Kill points are reported by the child over a pipe (the parent then SIGKILLs
-it); racers are released by a barrier; a ledger file (one fsynced line per
-real effect call and per method entry) is the oracle.
-
-A layer factory is ``factory(directory) -> FlowPersistence``: every call with
-the same directory reaches the same durable store. The stock flows are plain
-``@persist`` flows; the remit flows are the same classes with ``@durable``.
+Every cell is measured by real runs of small flows with no LLM
+(:mod:`remit_check.crewai.flows`), in child processes forked from a server that
+imported only this module (and CrewAI). Kill points are reported by the child over a
+pipe (the parent then SIGKILLs it); racers are released by a barrier; a ledger file
+(one fsynced line per real effect call and per method entry) is the oracle. The
+layers and their factory contract are declared in :mod:`remit_check.crewai`.
 
 Not measured here: a SIGKILL *during* a write. CrewAI's SQLite backend writes
 one row per transaction, which SQLite keeps atomic, and remit's writes are
@@ -18,170 +15,22 @@ files) is not a ``FlowPersistence`` and remit does not use it.
 
 from __future__ import annotations
 
-import functools
-import os
 import shutil
-import uuid
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-for _var, _value in {"CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_DISABLE_TRACKING": "true",
-                     "CREWAI_TRACING_ENABLED": "false", "OTEL_SDK_DISABLED": "true"}.items():
-    os.environ.setdefault(_var, _value)
+from crewai.flow.async_feedback.types import HumanFeedbackPending
 
-from crewai.flow.async_feedback.types import HumanFeedbackPending, PendingFeedbackContext  # noqa: E402
-from crewai.flow.flow import Flow, listen, start  # noqa: E402
-from crewai.flow.human_feedback import human_feedback  # noqa: E402
-from crewai.flow.persistence import persist  # noqa: E402
-from crewai.flow.persistence.base import FlowPersistence  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
+from remit_check import CellResult, CheckEnv, Scenario, verdict
+from remit_check.crewai import FRAMEWORK
+from remit_check.crewai.flows import flows, kill_pipe
+from remit_check.harness import Layer, count, forkserver, lines, one_child, quiet_children
+from remit_check.harness import crash as _crash_in
+from remit_core import ConsumeConflict, StateValidationError
 
-from remit_core import ConsumeConflict, StateValidationError, effect  # noqa: E402
-from remit_core.check import (  # noqa: E402
-    CellResult,
-    CheckEnv,
-    Scenario,
-    verdict,
-)
-from remit_core.check.harness import (  # noqa: E402
-    Layer,
-    count,
-    forkserver,
-    hold,
-    lines,
-    note,
-    one_child,
-    quiet_children,
-    remit_url,
-    use_layer,
-)
-from remit_core.check.harness import crash as _crash_in  # noqa: E402
-from remit_core.urls import with_options  # noqa: E402
-
-FRAMEWORK = "crewai"
-LAYERS = {"stock": "remit_crewai.check:stock_persistence",
-          "remit": "remit_crewai.check:remit_persistence"}
-LEASE = 1.0
 WAIT = 60.0
-
-
-def stock_persistence(directory: str) -> FlowPersistence:
-    from crewai.flow.persistence.sqlite import SQLiteFlowPersistence
-
-    return SQLiteFlowPersistence(db_path=f"{directory}/stock.db")
-
-
-def remit_persistence(directory: str) -> FlowPersistence:
-    from remit_crewai import RemitFlowPersistence
-
-    # a recovery waits for a dead resumer's lease instead of raising at once (wait=)
-    return RemitFlowPersistence.from_url(with_options(remit_url(directory), wait=20 * LEASE),
-                                         lease=LEASE)
-
-
-# ================================================================================== flows
-
-_conn: Connection | None = None
-
-
-def _hang(state: Any, point: str) -> None:
-    if state.hang == point:
-        hold(_conn, point)
-
-
-@effect(name="check-charge")
-def charge(ledger: str, amount: int, *, idempotency_key: str = "") -> str:
-    txn = f"txn-{uuid.uuid4().hex[:10]}"  # like a payment API: a new id per real call
-    note(ledger, f"effect charge {txn}")
-    return txn
-
-
-@effect(name="check-ship")
-def ship(ledger: str, what: str, *, idempotency_key: str = "") -> str:
-    note(ledger, f"effect ship {what}")
-    return f"shipped {what}"
-
-
-class OrderState(BaseModel):
-    ledger: str = ""
-    hang: str = ""
-    count: int = 0
-    value: Any = 1
-    txn: str = ""
-
-
-class ReviewState(BaseModel):
-    ledger: str = ""
-    hang: str = ""
-    shipped: str = ""
-
-
-class Park:
-    """A feedback provider that parks the flow (an asynchronous human in the loop)."""
-
-    def request_feedback(self, context: PendingFeedbackContext, flow: Any) -> str:
-        raise HumanFeedbackPending(context=context)
-
-
-
-
-@functools.cache
-def flows(layer: Layer, directory: str) -> dict[str, Any]:
-    """The flows on one layer's store. The store URL travels as an argument: a fork
-    server's children inherit the environment of its start, not the parent's."""
-    from remit_crewai import durable
-
-    factory = layer[0]
-    backend = use_layer(layer)(directory)
-    remit = factory == LAYERS["remit"] or "RemitFlowPersistence" in type(backend).__name__
-    wrap: Callable[[Any], Any] = durable if remit else (lambda cls: cls)
-
-    @wrap
-    @persist(backend)
-    class OrderFlow(Flow[OrderState]):
-        _skip_auto_memory = True  # CrewAI's agent memory: unused, and slow to build
-
-        @start()
-        def begin(self) -> str:
-            note(self.state.ledger, "enter begin")
-            self.state.count += 1
-            return "begun"
-
-        @listen(begin)
-        def pay(self, _: str) -> str:
-            note(self.state.ledger, "enter pay")
-            self.state.txn = charge(self.state.ledger, 10)
-            _hang(self.state, "after-effect")
-            self.state.count = self.state.value  # the CV fault when value is not an int
-            return str(self.state.txn)
-
-        @listen(pay)
-        def slow(self, txn: str) -> str:
-            note(self.state.ledger, "enter slow")
-            _hang(self.state, "between")
-            return f"done {txn}"
-
-    @wrap
-    @persist(backend)
-    class ReviewFlow(Flow[ReviewState]):
-        _skip_auto_memory = True
-
-        @start()
-        @human_feedback(message="ship?", provider=Park())
-        def draft(self) -> str:
-            return "draft"
-
-        @listen(draft)
-        def deliver(self, result: Any) -> str:
-            note(self.state.ledger, f"enter deliver {result.feedback}")
-            self.state.shipped = ship(self.state.ledger, result.feedback)
-            _hang(self.state, "deliver")
-            return str(self.state.shipped)
-
-    return {"order": OrderFlow, "review": ReviewFlow, "backend": backend}
-
 
 # ========================================================================== child bodies
 
@@ -189,8 +38,7 @@ def flows(layer: Layer, directory: str) -> dict[str, Any]:
 def kickoff(layer: Layer, d: str, name: str, inputs: dict[str, Any],
             conn: Connection | None = None) -> tuple[str, Any, dict[str, Any]]:
     """Kick a flow off (or again, with its id: the documented resume); report how it ended."""
-    global _conn
-    _conn = conn
+    kill_pipe(conn)
     flow = flows(layer, d)[name]()
     try:
         result = flow.kickoff(inputs=inputs)
@@ -207,8 +55,7 @@ def kickoff(layer: Layer, d: str, name: str, inputs: dict[str, Any],
 def resume_feedback(layer: Layer, d: str, flow_id: str, value: str, barrier: Any = None,
                     results: Any = None, conn: Connection | None = None) -> str:
     """Load the parked flow, wait at the barrier, resume with ``value``."""
-    global _conn
-    _conn = conn
+    kill_pipe(conn)
     cls = flows(layer, d)["review"]
     backend: Any = flows(layer, d)["backend"]
     try:

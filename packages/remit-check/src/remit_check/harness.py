@@ -113,10 +113,10 @@ Layer = tuple[str, str | None]
 
 
 def use_layer(layer: Layer) -> Callable[..., Any]:
-    """In a child: point :data:`~remit_core.check.STORE_ENV` at the layer's store and return
+    """In a child: point :data:`~remit_check.STORE_ENV` at the layer's store and return
     its factory. The URL travels as an argument because a fork server's children inherit
     the environment of the server's start, not the parent's current one."""
-    from remit_core.check import STORE_ENV, load_factory
+    from remit_check import STORE_ENV, load_factory
 
     spec, store = layer
     if store is None:
@@ -128,6 +128,6 @@ def use_layer(layer: Layer) -> Callable[..., Any]:
 
 def remit_url(directory: str) -> str:
     """The store a remit layer factory opens: ``--store``'s, else a SQLite file in ``directory``."""
-    from remit_core.check import STORE_ENV
+    from remit_check import STORE_ENV
 
     return os.environ.get(STORE_ENV) or f"sqlite:///{directory}/remit.db"

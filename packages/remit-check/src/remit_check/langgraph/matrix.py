@@ -7,28 +7,7 @@ got there and blocks, and the parent SIGKILLs it; k racers are released by a
 oracle is a ledger file per run: every node entry and every real call of an
 ``@effect`` body appends one line (``O_APPEND`` + ``fsync``), so counts survive
 SIGKILL. Every run uses ``durability="sync"`` (the stock savers' safest mode).
-
-**The layer factory contract.** ``LAYERS[layer]`` names a factory
-``factory(directory: str) -> BaseCheckpointSaver`` (or a context manager that
-yields one, like the savers' ``from_conn_string``). Every call with the same
-directory, in any process, must open the same durable store; the scenarios call
-it in fresh child processes, never share a saver object, and tell runs apart by
-thread id. A factory that also accepts a keyword ``schema`` is given the graph's
-state type (the invalid-state scenario's pydantic model); one that does not
-gets no schema, and cannot refuse invalid state. The recover-twice scenario
-copies the files of the directory, so a factory must keep its store in the
-directory when :data:`~remit_core.check.STORE_ENV` is unset (that scenario
-unsets it).
-
-* ``stock``: :func:`stock_saver`, LangGraph's ``SqliteSaver`` on
-  ``<directory>/stock.db`` (``pip install 'remit-langgraph[check]'``).
-* ``remit``: :func:`remit_saver`, ``RemitSaver.from_conn_string(url)`` with the
-  store named by ``REMIT_CHECK_STORE`` (``remit check --store``), else
-  ``sqlite:///<directory>/remit.db``, and a 1 s lease so that LV is measured in
-  seconds.
-
-The pytest plugin (``pytest --remit-contract=module:factory``) runs these
-scenarios on any factory that keeps this contract.
+The layers and their factory contract are declared in :mod:`remit_check.langgraph`.
 
 **The fault points** (one graph ``a -> b -> c``: ``b`` calls the effect ``pay``,
 parks on ``interrupt()``, and with the answer calls the gated effect ``charge``):
@@ -79,199 +58,27 @@ import signal
 import threading
 import time
 import traceback
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, interrupt
-from pydantic import BaseModel
+from langgraph.types import Command
 
-from remit_core import effect
-from remit_core.check import STORE_ENV, CellResult, CheckEnv, Scenario, verdict
-from remit_core.check.harness import Layer, count, forkserver, lines, note, remit_url, use_layer
+from remit_check import STORE_ENV, CellResult, CheckEnv, Scenario, verdict
+from remit_check.harness import Layer, count, forkserver, lines, use_layer
+from remit_check.langgraph import FRAMEWORK, LAYERS, STOCK_MISSING, layer_unavailable
+from remit_check.langgraph.graphs import BAD, GRAPHS, INPUTS, SCHEMAS, fork_graph
 
-FRAMEWORK = "langgraph"
-LAYERS = {"stock": "remit_langgraph.check:stock_saver",
-          "remit": "remit_langgraph.check:remit_saver"}
-LEASE = 1.0
-"""The remit layer's lease (seconds): how long a dead owner's claim blocks recovery."""
 WAIT = 90.0
 """Seconds a child may take to answer one command before the scenario gives up."""
 RECOVER_WAIT = 90.0
 """Seconds recovery keeps retrying while a dead owner's claim is live (LV)."""
-STOCK_MISSING = ("langgraph-checkpoint-sqlite is not installed "
-                 "(pip install 'remit-langgraph[check]')")
-
-
-# ============================================================================== factories
-
-
-def stock_saver(directory: str) -> Any:
-    """LangGraph's own ``SqliteSaver`` on ``<directory>/stock.db``."""
-    try:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-    except ImportError as exc:
-        raise RuntimeError(STOCK_MISSING) from exc
-    return SqliteSaver.from_conn_string(os.path.join(directory, "stock.db"))
-
-
-def remit_saver(directory: str, schema: Any = None) -> Any:
-    """``RemitSaver`` on ``REMIT_CHECK_STORE``, else on ``<directory>/remit.db``."""
-    from remit_langgraph import RemitSaver
-
-    return RemitSaver.from_conn_string(remit_url(directory), schema=schema, lease=LEASE)
-
-
-def layer_unavailable(layer: str) -> str | None:
-    """A one-line reason when a layer cannot run here (the stock layer's package)."""
-    if layer == "stock":
-        import importlib.util
-
-        if importlib.util.find_spec("langgraph.checkpoint.sqlite") is None:
-            return STOCK_MISSING
-    return None
-
-
-# ================================================================================= graphs
-
-
-class State(TypedDict):
-    x: int
-    log: str
-
-
-class Account(BaseModel):
-    """The invalid-state scenario's schema."""
-
-    x: int
-    log: str = ""
-
-
-BAD = "not a number"
-"""What the invalid-state scenario's node writes into ``Account.x``."""
-
-Hold = Callable[[str], None]
-
-
-def _no_hold(point: str) -> None:
-    return None
-
-
-def flow_graph(ledger: str, *, ask: bool = True, hold: Hold = _no_hold) -> Any:
-    """a -> b -> c. ``b`` calls ``pay``; with ``ask`` it then parks on ``interrupt()`` and
-    calls ``charge`` with the answer. Effects return a fresh transaction id, as a real
-    payment provider would. ``hold(point)`` marks the kill points."""
-
-    @effect(name="remit-check-pay")
-    def pay(x: int) -> str:
-        note(ledger, f"effect pay {x}")
-        return f"pay-{x}-{uuid.uuid4().hex[:8]}"
-
-    @effect(name="remit-check-charge")
-    def charge(answer: int) -> str:
-        note(ledger, f"effect charge {answer}")
-        return f"charge-{answer}-{uuid.uuid4().hex[:8]}"
-
-    def a(s: State) -> dict[str, Any]:
-        note(ledger, "enter a")
-        return {"x": s["x"] + 1}
-
-    def b(s: State) -> dict[str, Any]:
-        note(ledger, "enter b")
-        paid = pay(s["x"])
-        hold("after-pay")
-        if not ask:
-            return {"log": paid}
-        answer = interrupt("approve?")
-        note(ledger, f"after-interrupt b {answer}")
-        txn = charge(int(answer))
-        hold("after-charge")
-        return {"x": s["x"] + int(answer), "log": f"{paid},{txn}"}
-
-    def c(s: State) -> dict[str, Any]:
-        note(ledger, "enter c")
-        hold("start-c")
-        return {"log": s["log"] + "!"}
-
-    g: Any = StateGraph(State)
-    g.add_node("a", a)
-    g.add_node("b", b)
-    g.add_node("c", c)
-    g.add_edge(START, "a")
-    g.add_edge("a", "b")
-    g.add_edge("b", "c")
-    g.add_edge("c", END)
-    return g
-
-
-def cv_graph(ledger: str, *, hold: Hold = _no_hold) -> Any:
-    """ok -> bad (writes a string into the int field) -> c, on a pydantic state."""
-
-    def ok(s: Account) -> dict[str, Any]:
-        note(ledger, "enter ok")
-        return {"x": s.x + 1}
-
-    def bad(s: Account) -> dict[str, Any]:
-        note(ledger, "enter bad")
-        return {"x": BAD}
-
-    def c(s: Account) -> dict[str, Any]:
-        note(ledger, "enter c")
-        return {"log": "done"}
-
-    g: Any = StateGraph(Account)
-    g.add_node("ok", ok)
-    g.add_node("bad", bad)
-    g.add_node("c", c)
-    g.add_edge(START, "ok")
-    g.add_edge("ok", "bad")
-    g.add_edge("bad", "c")
-    g.add_edge("c", END)
-    return g
-
-
-def fork_graph(ledger: str, *, hold: Hold = _no_hold) -> Any:
-    """a (x+1) -> b (x*2)."""
-
-    def a(s: State) -> dict[str, Any]:
-        note(ledger, "enter a")
-        return {"x": s["x"] + 1}
-
-    def b(s: State) -> dict[str, Any]:
-        note(ledger, "enter b")
-        return {"x": s["x"] * 2}
-
-    g: Any = StateGraph(State)
-    g.add_node("a", a)
-    g.add_node("b", b)
-    g.add_edge(START, "a")
-    g.add_edge("a", "b")
-    g.add_edge("b", END)
-    return g
-
-
-GRAPHS: dict[str, Callable[..., Any]] = {
-    "flow": flow_graph,
-    "straight": lambda ledger, hold=_no_hold: flow_graph(ledger, ask=False, hold=hold),
-    "cv": cv_graph,
-    "fork": fork_graph,
-}
-INPUTS: dict[str, dict[str, Any]] = {
-    "flow": {"x": 1, "log": ""}, "straight": {"x": 1, "log": ""},
-    "cv": {"x": 1, "log": ""}, "fork": {"x": 1, "log": ""},
-}
-SCHEMAS: dict[str, Any] = {"cv": Account}
 
 
 # ========================================================================== child bodies
-
-
-"""(factory spec, the value of REMIT_CHECK_STORE for the child, or None to unset it)."""
 
 
 @contextlib.contextmanager
@@ -871,5 +678,4 @@ def scenarios() -> list[Scenario]:
     ]
 
 
-__all__ = ["FRAMEWORK", "LAYERS", "layer_unavailable", "remit_saver", "scenarios",
-           "stock_saver"]
+__all__ = ["LAYERS", "STOCK_MISSING", "ChildError", "layer_unavailable", "scenarios"]

@@ -7,7 +7,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from remit_core.check import FAULTS, PROPERTIES, CellResult, Report
+from remit_check import FAULTS, PROPERTIES, CellResult, Report
 
 MARK = {"holds": "holds", "violated": "VIOLATED", "error": "ERROR"}
 

@@ -7,13 +7,24 @@ SIGKILL, raced by k processes released by a barrier, or fed invalid state,
 and an effect ledger (a file every real effect call appends to) is the
 oracle. A cell reports its raw counts, not only a verdict.
 
-remit-core knows no framework. Each adapter ships a module
-``remit_<framework>.check`` with::
+This package names no framework here either. An adapter registers its part of the
+matrix as the entry point ``<framework>.check`` of the group ``remit.adapters``
+(:mod:`remit_core.registry`): a *declaration* module with::
 
-    FRAMEWORK: str                      # "langgraph", "crewai", "pydantic-graph"
+    FRAMEWORK: str                      # the command-line name: "langgraph", "crewai", ...
+    FRAMEWORK_MODULE: str               # the framework's import name (is it installed?)
+    ADAPTER_MODULE: str                 # the adapter's import name (the remit layer)
+    SUBJECT: str                        # what a layer is, in messages: "a LangGraph checkpointer"
     LAYERS: dict[str, str]              # layer name -> factory spec, "module:function"
+    POSITION: int                       # optional: where its rows go in the report (lower first)
     def scenarios() -> list[Scenario]   # the fault points it can produce
     def layer_unavailable(layer) -> str | None   # optional: why a layer cannot run here
+
+Importing a declaration must not import the framework (``scenarios()`` may): the
+runner's own process and the pytest plugin read it. This package carries the
+declarations of LangGraph, CrewAI and pydantic-graph (``remit_check.langgraph``,
+``remit_check.crewai``, ``remit_check.pydantic_graph``), which their adapters
+register; a third-party adapter ships its own.
 
 A :class:`Scenario` runs one fault point on one layer, ``reps`` times, and
 returns one :class:`CellResult` per property it observes. The runner calls
@@ -42,7 +53,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
+
+from remit_core.registry import Registration, registrations
 
 PROPERTIES = ("PC", "EO", "FI/FD", "CV", "CO", "CO-k", "RD", "LV")
 FAULTS = {
@@ -55,12 +69,8 @@ FAULTS = {
     "fork-twice": "fork twice",
     "recover-twice": "recover twice",
 }
-#: command-line framework name -> (the framework's import name, the adapter's check module)
-FRAMEWORKS: dict[str, tuple[str, str]] = {
-    "langgraph": ("langgraph", "remit_langgraph.check"),
-    "crewai": ("crewai", "remit_crewai.check"),
-    "pydantic-graph": ("pydantic_graph", "remit_pydantic_graph.check"),
-}
+#: a declaration's POSITION when it gives none
+LAST = 1000
 
 Verdict = Literal["holds", "violated", "error"]
 
@@ -155,17 +165,41 @@ def load_factory(spec: str) -> Callable[..., Any]:
     return fn
 
 
+def installed_frameworks() -> list[str]:
+    """The frameworks whose adapter registers checks, in the report's order (their
+    declarations' ``POSITION``, then by name). Imports only the declarations."""
+    regs = registrations("check")
+
+    def position(name: str) -> tuple[int, str]:
+        try:
+            return int(getattr(declaration(regs[name]), "POSITION", LAST)), name
+        except ImportError:  # reported by available(), in its place
+            return LAST, name
+
+    return sorted(regs, key=position)
+
+
+def declaration(reg: Registration) -> ModuleType:
+    """The check declaration module a registration names (imports no framework)."""
+    module: ModuleType = reg.load()
+    return module
+
+
 def available(framework: str) -> str:
-    """Why ``framework`` cannot be checked here (one line), or "" when it can. Imports nothing."""
-    dist, module = FRAMEWORKS[framework]
-    if importlib.util.find_spec(dist) is None:
+    """Why ``framework`` cannot be checked here (one line), or "" when it can. Imports
+    only its declaration, never the framework."""
+    reg = registrations("check").get(framework)
+    if reg is None:
+        return f"no installed adapter registers checks for {framework}"
+    if importlib.util.find_spec(reg.module.split(".")[0]) is None:
+        return (f"its checks ({reg.module}, registered by {reg.distribution}) are not "
+                "installed")
+    module = declaration(reg)
+    if importlib.util.find_spec(module.FRAMEWORK_MODULE) is None:
         return f"{framework} is not installed"
-    package = module.split(".")[0]
-    if importlib.util.find_spec(package) is None:
-        pkg = package.replace("_", "-")
-        return f"{framework} is installed but {pkg} is not (pip install {pkg})"
-    if importlib.util.find_spec(module) is None:
-        return f"this version of {package.replace('_', '-')} has no check module"
+    if importlib.util.find_spec(module.ADAPTER_MODULE) is None:
+        dist = reg.distribution
+        return f"{framework} is installed but {dist} is not (pip install {dist})"
     return ""
 
 
@@ -212,13 +246,14 @@ def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None 
     (kept with ``REMIT_CHECK_KEEP=1``), never between the report's rows.
     """
     started = time.monotonic()
-    report = Report(options={"frameworks": list(frameworks or FRAMEWORKS), "k": k,
-                             "reps": reps, "store": _masked(store_url) or "sqlite (temporary)",
-                             "layers": list(layers)})
-    names = list(frameworks or FRAMEWORKS)
+    registered = registrations("check")
+    names = list(frameworks or installed_frameworks())
     for name in names:
-        if name not in FRAMEWORKS:
-            raise ValueError(f"unknown framework {name!r}; choose from {', '.join(FRAMEWORKS)}")
+        if name not in registered:
+            raise ValueError(f"unknown framework {name!r}; choose from {', '.join(registered)}")
+    report = Report(options={"frameworks": names, "k": k, "reps": reps,
+                             "store": _masked(store_url) or "sqlite (temporary)",
+                             "layers": list(layers)})
     bar = Progress(0, progress)
     own_dir = workdir is None
     root = Path(tempfile.mkdtemp(prefix="remit-check-")) if workdir is None else workdir
@@ -233,7 +268,8 @@ def run_check(frameworks: Sequence[str] | None = None, *, store_url: str | None 
             queue: Any = ctx.Queue()
             go: Any = ctx.Event()
             proc = ctx.Process(target=_run_framework, name=f"remit-check-{name}",
-                               args=(name, list(layers), store_url, k, reps,
+                               args=(name, registered[name].module, list(layers), store_url, k,
+                                     reps,
                                      list(only) if only else None, str(root), queue, go))
             proc.start()
             running.append((name, proc, queue, go))
@@ -299,13 +335,13 @@ def _quiet(path: Path) -> None:
     os.close(fd)
 
 
-def _run_framework(name: str, layers: list[str], store_url: str | None, k: int, reps: int,
-                   only: list[str] | None, root: str, queue: Any, go: Any) -> None:
+def _run_framework(name: str, declared: str, layers: list[str], store_url: str | None, k: int,
+                   reps: int, only: list[str] | None, root: str, queue: Any, go: Any) -> None:
     """The body of one framework's process: send the plan, wait for the turn (``go``),
-    run the scenarios and send the cells back."""
+    run the scenarios and send the cells back. ``declared``: its declaration module."""
     _quiet(Path(root) / f"{name}-output.log")
     try:
-        module = importlib.import_module(FRAMEWORKS[name][1])
+        module = importlib.import_module(declared)
         # optional in a check module: ``layer_unavailable(layer) -> str | None``
         unavailable = getattr(module, "layer_unavailable", None)
         runnable = []
@@ -351,5 +387,5 @@ def _masked(url: str | None) -> str | None:
     return mask_url(url)
 
 
-__all__ = ["FAULTS", "FRAMEWORKS", "PROPERTIES", "CellResult", "CheckEnv", "Report", "Scenario",
-           "load_factory", "run_check", "verdict"]
+__all__ = ["FAULTS", "PROPERTIES", "STORE_ENV", "CellResult", "CheckEnv", "Report", "Scenario",
+           "available", "declaration", "installed_frameworks", "load_factory", "run_check", "verdict"]
