@@ -9,6 +9,9 @@ URL, since ``@persist(backend)`` binds the backend when the class is made).
 ``stock=True`` builds the same flows on CrewAI's own SQLiteFlowPersistence
 with no ``@durable``: the baseline each contract test is seen failing on.
 
+The parking feedback provider (``Park``) and the approval flow's state are
+``remit check``'s own (:mod:`remit_check.crewai.flows`); the flows are these tests'.
+
 REMIT_TEST_BREAK switches one protection off in every process that imports
 this module:
 
@@ -27,13 +30,15 @@ import uuid
 from multiprocessing.connection import Connection
 from typing import Any
 
-from crewai.flow.async_feedback.types import HumanFeedbackPending, PendingFeedbackContext
+from crewai.flow.async_feedback.types import HumanFeedbackPending
 from crewai.flow.flow import Flow, and_, listen, or_, router, start
 from crewai.flow.human_feedback import human_feedback
 from crewai.flow.persistence import persist
 from crewai.flow.persistence.sqlite import SQLiteFlowPersistence
 from pydantic import BaseModel
 
+from remit_check.crewai.flows import ApprovalState, Park
+from remit_check.harness import count, lines  # noqa: F401  (w.count, w.lines, for the tests)
 from remit_core.urls import with_options
 from remit_crewai import ConsumeConflict, RemitFlowPersistence, durable, effect
 from remit_crewai import _durable as _d
@@ -66,18 +71,6 @@ if BREAK == "crewai-cv":
     _d.dump_state = _unchecked  # type: ignore[assignment]
 
 _conn: Connection | None = None
-
-
-def lines(ledger: str) -> list[str]:
-    try:
-        with open(ledger) as f:
-            return f.read().splitlines()
-    except FileNotFoundError:
-        return []
-
-
-def count(entries: list[str], prefix: str) -> int:
-    return sum(e.startswith(prefix) for e in entries)
 
 
 def comparable(result: Any, state: dict[str, Any]) -> str:
@@ -123,24 +116,11 @@ class OrderState(BaseModel):
     log: list[str] = []
 
 
-class ApprovalState(BaseModel):
-    ledger: str = ""
-    hang: str = ""
-    shipped: str = ""
-
-
 class LoopState(BaseModel):
     ledger: str = ""
     hang: str = ""
     n: int = 0
     seen: list[str] = []
-
-
-class Park:
-    """A feedback provider that parks the flow (an async human-in-the-loop)."""
-
-    def request_feedback(self, context: PendingFeedbackContext, flow: Any) -> str:
-        raise HumanFeedbackPending(context=context)
 
 
 def _backend(url: str, stock: bool) -> Any:

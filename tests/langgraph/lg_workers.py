@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 from multiprocessing.connection import Connection
-from typing import Any, TypedDict
+from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
+from remit_check.langgraph.graphs import State  # remit check's state: {x: int, log: str}
 from remit_langgraph import ConsumeConflict, RemitSaver, _contract, effect
 from tests.workers import note
 
@@ -20,11 +21,6 @@ if os.environ.get("REMIT_TEST_BREAK") == "langgraph-gate":  # protection off, in
     _contract.ConsumeGate.on_load = lambda self, config, found, loop: found  # type: ignore[method-assign]
 if os.environ.get("REMIT_TEST_BREAK") == "langgraph-ids":  # RD off: LangGraph's uuid6 ids
     _contract.derived_checkpoint_id = lambda loop, parent, channels, step, new: None
-
-
-class State(TypedDict):
-    x: int
-    log: str
 
 
 def build(ledger: str, *, hang: Connection | None = None) -> StateGraph:

@@ -3,6 +3,10 @@
 The oracle is a ledger file: every node entry and every real effect call
 appends one line (O_APPEND + fsync), so the counts survive SIGKILL.
 
+The order graph (A -> B -> C, ``Deps``, ``Order``, the effect ``charge``) and the bulk
+graph are ``remit check``'s own (:mod:`remit_check.pydantic_graph.graphs`); the
+graphs of parked runs below are these tests' alone.
+
 REMIT_TEST_BREAK switches one protection off in every process that imports
 this module (the worker processes too: they inherit the environment and import it):
 
@@ -19,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -27,6 +31,21 @@ from pydantic_graph import BaseNode, End, GraphRunContext
 from pydantic_graph.exceptions import GraphRuntimeError
 from pydantic_graph.graph import Graph
 
+from remit_check.harness import lines  # noqa: F401  (w.lines, for the tests)
+from remit_check.pydantic_graph.graphs import (  # noqa: F401  (B, BLOB, STEPS, charge: w.*)
+    BLOB,
+    STEPS,
+    A,
+    B,
+    Bulk,
+    C,
+    Deps,
+    Order,
+    Step,
+    bulk_graph,
+    charge,
+    order_graph,
+)
 from remit_core.records import Claim
 from remit_core.urls import with_options
 from remit_pydantic_graph import ConsumeConflict, RemitStatePersistence, effect
@@ -90,69 +109,6 @@ if BREAK == "pg-ids":  # FD/RD off: pydantic-graph's own random ids
 
     RemitStatePersistence._derive = (  # type: ignore[method-assign]
         lambda self, parent, node_id, payload: generate_snapshot_id(node_id))
-
-
-def lines(ledger: str) -> list[str]:
-    try:
-        with open(ledger) as f:
-            return f.read().splitlines()
-    except FileNotFoundError:
-        return []
-
-
-# ===================================================================== the order graph
-
-
-@dataclass
-class Deps:
-    ledger: str
-    hang: str | None = None  # "B": block inside B after its effect; "gap": after B returned
-    conn: Connection | None = None
-
-
-@dataclass
-class Order:
-    x: int = 0
-    log: list[str] = field(default_factory=list)
-
-
-@effect(name="charge")
-def charge(ledger: str, amount: int, *, idempotency_key: str = "") -> str:
-    note(ledger, f"effect charge {amount} {os.getpid()}")
-    return f"txn-{amount}"
-
-
-@dataclass
-class A(BaseNode[Order, Deps, int]):
-    async def run(self, ctx: GraphRunContext[Order, Deps]) -> B:
-        note(ctx.deps.ledger, "enter A")
-        ctx.state.x += 1
-        return B(amount=ctx.state.x * 10)
-
-
-@dataclass
-class B(BaseNode[Order, Deps, int]):
-    amount: int
-
-    async def run(self, ctx: GraphRunContext[Order, Deps]) -> C:
-        note(ctx.deps.ledger, "enter B")
-        ctx.state.log.append(charge(ctx.deps.ledger, self.amount))
-        if ctx.deps.hang == "B" and ctx.deps.conn is not None:
-            ctx.deps.conn.send("charged")
-            ctx.deps.conn.recv()  # the parent SIGKILLs this process here
-        ctx.state.x += self.amount
-        return C()
-
-
-@dataclass
-class C(BaseNode[Order, Deps, int]):
-    async def run(self, ctx: GraphRunContext[Order, Deps]) -> End[int]:
-        note(ctx.deps.ledger, "enter C")
-        ctx.state.log.append("C")
-        return End(ctx.state.x)
-
-
-order_graph = Graph(nodes=[A, B, C])
 
 
 class GapPersistence(RemitStatePersistence[Order, int]):
@@ -352,29 +308,6 @@ def racer(url: str, ledger: str, barrier: Any, conn: Connection, results: Any) -
 
 
 # ============================================================= killed in the middle of writes
-
-STEPS = 12
-BLOB = 1 << 20  # 1 MB of state, so that a write takes long enough to be killed inside
-
-
-@dataclass
-class Bulk:
-    n: int = 0
-    blob: str = ""
-
-
-@dataclass
-class Step(BaseNode[Bulk, None, int]):
-    i: int
-
-    async def run(self, ctx: GraphRunContext[Bulk]) -> Step | End[int]:
-        ctx.state.n += 1
-        ctx.state.blob = f"{self.i:08d}" * (BLOB // 8)
-        return Step(self.i + 1) if self.i + 1 < STEPS else End(ctx.state.n)
-
-
-bulk_graph = Graph(nodes=[Step])
-
 
 class Announcing(RemitStatePersistence[Bulk, int]):
     """Tells the parent before each snapshot write starts (without waiting for it)."""
