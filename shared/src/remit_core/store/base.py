@@ -34,9 +34,18 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
-from remit_core.errors import ConsumeConflict, LeaseLost, StoreClosed, StoreConfigError
+from remit_core.errors import (
+    ConsumeConflict,
+    ForeignSchemaError,
+    LeaseLost,
+    StoreClosed,
+    StoreConfigError,
+    StoreNotFound,
+    StoreUnavailable,
+    StoreVersionError,
+)
 from remit_core.records import (
     BlobRow,
     Checkpoint,
@@ -75,6 +84,30 @@ CLOSE_WAIT = 30.0
 """Seconds :meth:`Store.close` waits for operations in flight to finish."""
 
 
+#: how often an open reads the layout again when another opener changed it meanwhile
+LAYOUT_ATTEMPTS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """What a backend found where its store lives, read by :meth:`Store._open_layout`."""
+
+    #: remit's meta record (``schema``, ``version``), None when there is none
+    meta: Mapping[str, str] | None
+    #: (name, why) of each object that cannot be remit's, whatever the meta says (a key of
+    #: the wrong type): refused
+    foreign: Sequence[tuple[str, str]] = ()
+    #: remit's names that exist while the meta record does not: refused by a writer
+    strays: Sequence[str] = ()
+    #: why there is no store here, as a sentence (what a read-only open says)
+    absent: str = ""
+
+
+class LayoutChanged(Exception):
+    """Raised by a backend's layout session when another opener changed the layout after
+    it was read (nothing was written): :meth:`Store._open_layout` reads it again."""
+
+
 def new_owner() -> str:
     """A fresh owner token: host, pid and a nonce (one per claim or effect attempt).
 
@@ -98,6 +131,17 @@ class Store(ABC):
     chunk_threshold: int = 64 * 1024
     #: the average chunk size FastCDC aims at
     chunk_size: int = 16 * 1024
+
+    #: the backend's migrations, append-only (never edit one, add one); the version of
+    #: a store is their count
+    migrations: ClassVar[Sequence[Any]]
+    #: words of the layout messages: what the version counts, and where the store lives
+    #: (after the URL, for example `` (schema 'app')``)
+    layout_noun: ClassVar[str] = "schema"
+    layout_place: str = ""
+    #: the name of the meta record, and what to do when the layout is not remit's
+    meta_name: str = "remit_meta"
+    layout_advice: str = ""
 
     def __init__(self, url: str, *, serde: Serde | None = None, lease: float = DEFAULT_LEASE,
                  read_only: bool = False):
@@ -184,6 +228,92 @@ class Store(ABC):
             return fn(*a, **k)
 
         return retrying(self._is_transient, self.url)(attempt, *args, **kwargs)
+
+    # ===================================================================== layout (migrations)
+
+    def _open_layout(self) -> None:
+        """Open the store's layout: read the meta record, refuse a layout that is not
+        remit's or was written by a newer remit, and -- unless read-only -- create what is
+        missing, apply the migrations after the stored version and record the new version.
+
+        Everything happens in one layout session of the backend (its transaction, under
+        its migration lock; on Redis one script that first checks that the version is
+        still the one read), so concurrent openers migrate once and a refusal writes
+        nothing. An open of an up-to-date store writes nothing."""
+        latest = len(self.migrations)
+        for _ in range(LAYOUT_ATTEMPTS):
+            try:
+                with self._layout_session() as session:
+                    found = self._read_layout(session)
+                    version = self._check_layout(found, latest)
+                    if self.read_only or version == latest:
+                        return
+                    if found.meta is None:
+                        self._create_layout(session)
+                    for step in self.migrations[version:]:
+                        self._apply_step(session, step)
+                    self._set_version(session, latest)
+                return
+            except LayoutChanged:
+                continue
+        raise StoreUnavailable(
+            f"{self.url!r}{self.layout_place}: the layout changed under each of "
+            f"{LAYOUT_ATTEMPTS} attempts to open it (other openers migrating it?); try "
+            "again.", url=self.url)
+
+    def _check_layout(self, found: Layout, latest: int) -> int:
+        """The stored version, or the refusal of ``found``."""
+        where = f"{self.url!r}{self.layout_place}"
+        if found.foreign:
+            name, why = found.foreign[0]
+            raise ForeignSchemaError(
+                f"{where}: {name} {why}; remit did not create it and left it untouched. "
+                f"{self.layout_advice}.", url=self.url, name=name)
+        if found.meta is None:
+            if self.read_only:
+                raise StoreNotFound(f"no remit store at {self.url!r}: {found.absent}",
+                                    url=self.url)
+            if found.strays:
+                one = len(found.strays) == 1
+                them = "it" if one else "them"
+                raise ForeignSchemaError(
+                    f"{where}: {', '.join(found.strays)} exist{'s' if one else ''} without "
+                    f"{self.meta_name}; remit did not create {them} and left {them} "
+                    f"untouched. {self.layout_advice}.", url=self.url, name=found.strays[0])
+            return 0
+        version = found.meta.get("version", "")
+        if found.meta.get("schema") != "remit" or not version.isdigit():
+            raise ForeignSchemaError(
+                f"{where}: {self.meta_name} was not written by remit; "
+                + ("it is not a remit store." if self.read_only
+                   else f"remit left it untouched. {self.layout_advice}."),
+                url=self.url, name=self.meta_name)
+        if int(version) > latest:
+            raise StoreVersionError(
+                f"{where} was written by a newer remit ({self.layout_noun} version {version}; "
+                f"this remit knows {latest}). Upgrade remit-core to "
+                f"{'read' if self.read_only else 'open'} it.",
+                url=self.url, found=int(version), supported=latest)
+        return int(version)
+
+    @abstractmethod
+    def _layout_session(self) -> contextlib.AbstractContextManager[Any]:
+        """The one atomic operation in which the layout is read and migrated: it writes
+        everything or, when the block raises, nothing (read-only: it writes nothing)."""
+
+    @abstractmethod
+    def _read_layout(self, session: Any) -> Layout: ...
+
+    @abstractmethod
+    def _create_layout(self, session: Any) -> None:
+        """Create the meta record (and what holds the store, a schema) at version 0."""
+
+    @abstractmethod
+    def _apply_step(self, session: Any, step: Any) -> None:
+        """Apply one entry of :attr:`migrations`."""
+
+    @abstractmethod
+    def _set_version(self, session: Any, version: int) -> None: ...
 
     # ================================================================================ checkpoints
 

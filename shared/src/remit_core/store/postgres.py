@@ -34,11 +34,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from remit_core.errors import (
-    ForeignSchemaError,
     StoreConfigError,
-    StoreNotFound,
     StoreUnavailable,
-    StoreVersionError,
 )
 from remit_core.records import (
     BlobRow,
@@ -48,9 +45,10 @@ from remit_core.records import (
 )
 from remit_core.serde import Serde
 from remit_core.store import chunks as _chunks
+from remit_core.store.base import Layout
 from remit_core.store.decisions import Verdict
 from remit_core.store.options import known_options, option, parse_options
-from remit_core.store.sql import Decide, Dialect, R, Records, SqlStore
+from remit_core.store.sql import TABLES, Decide, Dialect, R, Records, SqlStore
 from remit_core.urls import mask_url, password_hint, url_secrets
 from remit_core.urls import scrub as _scrub
 
@@ -58,9 +56,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
-
-TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
-          "remit_receipts", "remit_claims", "remit_chunks")
 
 # Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
 # Each script runs in the migration transaction with ``search_path`` set to the store's
@@ -232,6 +227,8 @@ def _ck(r: Sequence[Any]) -> tuple[CheckpointRow, dict[str, bytes]]:
 class PostgresStore(SqlStore):
     """A store in one schema of a PostgreSQL database, shared by many hosts."""
 
+    migrations = MIGRATIONS
+
     DEFAULT_CONNECT_TIMEOUT: ClassVar[int] = 5
 
     def __init__(self, url: str, conninfo: str, schema: str, *, serde: Serde | None,
@@ -240,6 +237,8 @@ class PostgresStore(SqlStore):
                  secrets: Sequence[str | None] = ()) -> None:
         super().__init__(mask(url), serde=serde, lease=lease, read_only=read_only)
         self.schema = schema
+        self.layout_place = f" (schema {schema!r})"
+        self.layout_advice = "Use another schema (?schema=NAME)"
         self._conninfo = conninfo
         self._secrets = [s for s in secrets if s]
         self._pool_min = pool_min
@@ -311,7 +310,7 @@ class PostgresStore(SqlStore):
         self._closed = False
         self._pid = os.getpid()
         self._inherited: list[ConnectionPool[Conn]] = []
-        self._migrate()  # read-only: only finds the store (see _migrate_on)
+        self._migrate()  # read-only: only finds the store
         self._pool = self._new_pool()
         try:
             self._pool.open(wait=True, timeout=self._connect_timeout + 5.0)
@@ -504,6 +503,26 @@ class PostgresStore(SqlStore):
     # ------------------------------------------------------------------------------ migrations
 
     def _migrate(self) -> None:
+        """Open the store's layout (:meth:`Store._open_layout`) on a connection of its own
+        (read-only: only find it)."""
+        try:
+            self._open_layout()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            if self.read_only:
+                raise StoreConfigError(
+                    f"{self.url!r}: the user may not read remit's tables in schema "
+                    f"{self.schema!r} ({scrub(str(exc), self._secrets)}). Grant it USAGE "
+                    "on the schema and SELECT on its tables.", url=self.url) from exc
+            raise StoreConfigError(
+                f"{self.url!r}: the user may not create remit's tables in schema "
+                f"{self.schema!r} ({scrub(str(exc), self._secrets)}). Grant it CREATE on "
+                "the schema (or the database), or pick a schema it owns with ?schema=NAME.",
+                url=self.url) from exc
+        except psycopg.Error as exc:
+            raise self._unavailable(exc, f"preparing schema {self.schema!r} of") from exc
+
+    @contextlib.contextmanager
+    def _layout_session(self) -> Iterator[Conn]:
         try:
             conn = psycopg.connect(self._conninfo, autocommit=True)
         except psycopg.Error as exc:
@@ -514,115 +533,50 @@ class PostgresStore(SqlStore):
                     f"invalid connection option in {self.url!r}: {scrub(msg, self._secrets)}",
                     url=self.url) from None
             raise self._unavailable(exc, "connecting to") from None
-        with conn:
-            try:
-                self._migrate_on(conn)
-            except psycopg.errors.InsufficientPrivilege as exc:
-                if self.read_only:
-                    raise StoreConfigError(
-                        f"{self.url!r}: the user may not read remit's tables in schema "
-                        f"{self.schema!r} ({scrub(str(exc), self._secrets)}). Grant it USAGE "
-                        "on the schema and SELECT on its tables.", url=self.url) from exc
-                raise StoreConfigError(
-                    f"{self.url!r}: the user may not create remit's tables in schema "
-                    f"{self.schema!r} ({scrub(str(exc), self._secrets)}). Grant it CREATE on "
-                    "the schema (or the database), or pick a schema it owns with ?schema=NAME.",
-                    url=self.url) from exc
-            except psycopg.Error as exc:
-                raise self._unavailable(exc, f"preparing schema {self.schema!r} of") from exc
+        with conn, conn.transaction():
+            if self.read_only:
+                conn.execute("SET TRANSACTION READ ONLY")
+            else:
+                # Concurrent openers of one schema run this one at a time; the statements
+                # after the lock see everything the previous holder committed (READ
+                # COMMITTED). An opener stuck holding the lock makes the others fail after
+                # lock_timeout, not hang.
+                conn.execute("SET LOCAL lock_timeout = '60s'")
+                conn.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)",
+                             (MIGRATION_LOCK, _hash32(self.schema)))
+            yield conn
 
-    def _probe_on(self, conn: Conn) -> None:
-        """A read-only open: find remit's tables, creating and changing nothing."""
-        with conn.transaction():
-            conn.execute("SET TRANSACTION READ ONLY")
-            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
-                            (self.schema,)).fetchone() is None:
-                raise StoreNotFound(
-                    f"no remit store at {self.url!r}: schema {self.schema!r} does not exist. "
-                    "Check ?schema=NAME; remit creates a store only when an application "
-                    "opens it for writing.", url=self.url)
-            found = conn.execute(
-                "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = %s AND c.relname = 'remit_meta'", (self.schema,)).fetchone()
-            if found is None:
-                raise StoreNotFound(
-                    f"no remit store at {self.url!r}: schema {self.schema!r} has no remit "
-                    "tables. Check ?schema=NAME.", url=self.url)
-            try:
-                meta = {str(k): str(v) for k, v in conn.execute(
-                    f"SELECT key::text, value::text FROM {self._meta}")}
-            except (psycopg.errors.UndefinedColumn, psycopg.errors.WrongObjectType):
-                meta = {}
-        version = meta.get("version", "")
-        if meta.get("schema") != "remit" or not version.isdigit():
-            raise ForeignSchemaError(
-                f"{self.url!r} has a remit_meta table in schema {self.schema!r} that remit "
-                "did not write; it is not a remit store.", url=self.url, name="remit_meta")
-        if int(version) > len(MIGRATIONS):
-            raise StoreVersionError(
-                f"{self.url!r} (schema {self.schema!r}) was written by a newer remit (schema "
-                f"version {version}; this remit knows {len(MIGRATIONS)}). Upgrade remit-core "
-                "to read it.", url=self.url, found=int(version), supported=len(MIGRATIONS))
+    def _read_layout(self, conn: Conn) -> Layout:
+        if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                        (self.schema,)).fetchone() is None:
+            return Layout(None, absent=f"schema {self.schema!r} does not exist. Check "
+                          "?schema=NAME; remit creates a store only when an application "
+                          "opens it for writing.")
+        names = {r[0] for r in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = ANY(%s::text[])",
+            (self.schema, list(TABLES)))}
+        if "remit_meta" not in names:
+            return Layout(None, strays=sorted(names), absent=f"schema {self.schema!r} has no "
+                          "remit tables. Check ?schema=NAME.")
+        try:
+            return Layout({str(k): str(v) for k, v in conn.execute(
+                f"SELECT key::text, value::text FROM {self._meta}")})
+        except (psycopg.errors.UndefinedColumn, psycopg.errors.WrongObjectType):
+            return Layout({})  # not remit's (the transaction is refused and rolled back)
 
-    def _migrate_on(self, conn: Conn) -> None:
-        if self.read_only:
-            self._probe_on(conn)
-            return
-        with conn.transaction():
-            # Concurrent openers of one schema run this one at a time; the statements after
-            # the lock see everything the previous holder committed (READ COMMITTED). An
-            # opener stuck holding the lock makes the others fail after lock_timeout, not hang.
-            conn.execute("SET LOCAL lock_timeout = '60s'")
-            conn.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)",
-                         (MIGRATION_LOCK, _hash32(self.schema)))
-            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
-                            (self.schema,)).fetchone() is None:
-                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-            names = {r[0] for r in conn.execute(
-                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = %s AND c.relname = ANY(%s::text[])",
-                (self.schema, list(TABLES)))}
-            if "remit_meta" not in names:
-                foreign = sorted(names)
-                if foreign:
-                    raise ForeignSchemaError(
-                        f"{self.url!r} already has table(s) {', '.join(foreign)} in schema "
-                        f"{self.schema!r} that remit did not create (no remit_meta table); "
-                        "remit left them untouched. Use another schema (?schema=NAME), or "
-                        "rename those tables.",
-                        url=self.url, name=foreign[0],
-                    )
-                conn.execute(f"CREATE TABLE {self._meta} (key TEXT PRIMARY KEY, "
-                             "value TEXT NOT NULL)")
-                conn.execute(f"INSERT INTO {self._meta} VALUES ('schema', 'remit'), "
-                             "('version', '0')")
-            try:
-                meta = {str(k): str(v) for k, v in conn.execute(
-                    f"SELECT key::text, value::text FROM {self._meta}")}
-            except (psycopg.errors.UndefinedColumn, psycopg.errors.WrongObjectType):
-                meta = {}
-            version_text = meta.get("version", "")
-            if meta.get("schema") != "remit" or not version_text.isdigit():
-                raise ForeignSchemaError(
-                    f"{self.url!r} has a remit_meta table in schema {self.schema!r} that remit "
-                    "did not write; remit left it untouched. Use another schema (?schema=NAME).",
-                    url=self.url, name="remit_meta",
-                )
-            version = int(version_text)
-            if version > len(MIGRATIONS):
-                raise StoreVersionError(
-                    f"{self.url!r} (schema {self.schema!r}) was written by a newer remit "
-                    f"(schema version {version}; this remit knows {len(MIGRATIONS)}). "
-                    "Upgrade remit-core to open it.",
-                    url=self.url, found=version, supported=len(MIGRATIONS),
-                )
-            if version == len(MIGRATIONS):
-                return  # up to date: reopening writes nothing
-            conn.execute(f'SET LOCAL search_path TO "{self.schema}"')
-            for script in MIGRATIONS[version:]:
-                conn.execute(script)
-            conn.execute(f"UPDATE {self._meta} SET value = %s WHERE key = 'version'",
-                         (str(len(MIGRATIONS)),))
+    def _create_layout(self, conn: Conn) -> None:
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+        conn.execute(f"CREATE TABLE {self._meta} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute(f"INSERT INTO {self._meta} VALUES ('schema', 'remit'), ('version', '0')")
+
+    def _apply_step(self, conn: Conn, step: str) -> None:
+        # the scripts name tables unqualified
+        conn.execute(f'SET LOCAL search_path TO "{self.schema}"')
+        conn.execute(step)
+
+    def _set_version(self, conn: Conn, version: int) -> None:
+        conn.execute(f"UPDATE {self._meta} SET value = %s WHERE key = 'version'", (str(version),))
 
     # ----------------------------------------------------------------------------- checkpoints
 

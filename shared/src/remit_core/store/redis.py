@@ -78,10 +78,11 @@ declared in ``KEYS``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -99,11 +100,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from remit_core.errors import (
     DurabilityError,
-    ForeignSchemaError,
     StoreConfigError,
-    StoreNotFound,
     StoreUnavailable,
-    StoreVersionError,
 )
 from remit_core.records import (
     BlobRow,
@@ -117,7 +115,7 @@ from remit_core.records import (
 )
 from remit_core.retry import retrying
 from remit_core.serde import Serde
-from remit_core.store.base import Store
+from remit_core.store.base import Layout, LayoutChanged, Store
 from remit_core.store.options import parse_options
 from remit_core.urls import mask_url, password_hint, scrub, url_secrets
 
@@ -284,60 +282,34 @@ end
 """
 
 
-def _migrations_lua() -> str:
-    return "\n".join(
-        f"if v < {i + 1} then\n{body}\nend" for i, body in enumerate(MIGRATIONS)
-    )
+#: the keys a layout check looks at, with the type remit keeps in each
+_LAYOUT_TYPES = ("hash", "string", "zset", "zset", "set")  # meta, seq, runs, cks, known
 
-
-# KEYS: meta, seq, runs, cks, known. ARGV: P, version.
-_OPEN = """
-local want = {'hash', 'string', 'zset', 'zset', 'set'}
-for i = 1, 5 do
-  local t = redis.call('TYPE', KEYS[i])['ok']
-  if t ~= 'none' and t ~= want[i] then
-    return {'foreign', KEYS[i], 'is a ' .. t .. ', where remit keeps a ' .. want[i]}
-  end
-end
-local v = 0
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  for i = 2, 5 do
-    if redis.call('EXISTS', KEYS[i]) == 1 then
-      return {'foreign', KEYS[i], 'exists but ' .. KEYS[1] .. ' does not'}
-    end
-  end
-else
-  local m = redis.call('HMGET', KEYS[1], 'schema', 'version')
-  if m[1] ~= 'remit' or not tonumber(m[2]) then
-    return {'foreign', KEYS[1], 'does not say schema=remit and a version'}
-  end
-  v = tonumber(m[2])
-  if v > tonumber(ARGV[2]) then return {'newer', int(v)} end
-end
-""" + _migrations_lua() + """
-if v < tonumber(ARGV[2]) then
-  redis.call('HSET', KEYS[1], 'schema', 'remit', 'version', ARGV[2])
-end
-return {'ok', ARGV[2]}
+# The layout as it is: the type of each key of _LAYOUT_TYPES and the meta fields.
+# KEYS: meta, seq, runs, cks, known. ARGV: P.
+_READ_LAYOUT = """
+local types = {}
+for i = 1, 5 do types[i] = redis.call('TYPE', KEYS[i])['ok'] end
+local m = {false, false}
+if types[1] == 'hash' then m = redis.call('HMGET', KEYS[1], 'schema', 'version') end
+return {types, m[1] or false, m[2] or false}
 """
 
-# A read-only open: the checks of _OPEN, writing nothing. KEYS and ARGV as for _OPEN.
-_PROBE = """
-local want = {'hash', 'string', 'zset', 'zset', 'set'}
-for i = 1, 5 do
-  local t = redis.call('TYPE', KEYS[i])['ok']
-  if t ~= 'none' and t ~= want[i] then
-    return {'foreign', KEYS[i], 'is a ' .. t .. ', where remit keeps a ' .. want[i]}
-  end
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'none', KEYS[1]} end
-local m = redis.call('HMGET', KEYS[1], 'schema', 'version')
-if m[1] ~= 'remit' or not tonumber(m[2]) then
-  return {'foreign', KEYS[1], 'does not say schema=remit and a version'}
-end
-if tonumber(m[2]) > tonumber(ARGV[2]) then return {'newer', int(tonumber(m[2]))} end
-return {'ok', m[2]}
+# The head of a migration script (Store._open_layout), whose body the layout session
+# appends: nothing is written unless the version is still the one read ('' for none).
+# KEYS: meta. ARGV: P, the version read.
+_MIGRATE_HEAD = """
+if (redis.call('HGET', KEYS[1], 'version') or '') ~= ARGV[2] then return 0 end
 """
+
+
+class _Migration:
+    """A layout session: the version read, and the Lua of the migration to run."""
+
+    def __init__(self) -> None:
+        self.read = ""
+        self.lua: list[str] = []
+
 
 # KEYS: 1 seq, 2 ck, 3 nck, 4 rck, 5 cks, 6 runs, 7 run, 8 known, 9 nss, 10 blobs
 # ARGV: 1 P, 2 run, 3 ns, 4 id, 5 has_parent, 6 parent, 7 kind, 8 has_exec, 9 exec, 10 data,
@@ -959,8 +931,17 @@ class _Keys:
 # =================================================================================== store
 
 
+def _loading(exc: BaseException) -> bool:
+    """A server loading its AOF: it answers soon."""
+    return isinstance(exc, (BusyLoadingError, TryAgainError))
+
+
 class RedisStore(Store):
     """A store in plain Redis (>= 7), every contract operation one Lua script."""
+
+    migrations = MIGRATIONS
+    layout_noun = "key layout"
+    layout_advice = "Use another prefix (?prefix=NAME) or another database"
 
     def __init__(self, url: str, driver_url: str, *, prefix: str = DEFAULT_PREFIX,
                  durability: bool = True, serde: Serde | None = None, lease: float,
@@ -969,6 +950,8 @@ class RedisStore(Store):
         super().__init__(mask_url(url), serde=serde, lease=lease, read_only=read_only)
         self.prefix = prefix
         self._k = _Keys(prefix)
+        self.layout_place = f" (prefix {prefix!r})"
+        self.meta_name = self._k.meta
         self._secrets = list(secrets)
         kwargs: dict[str, Any] = {"socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT}
         kwargs.update(options or {})
@@ -981,8 +964,7 @@ class RedisStore(Store):
                 url=self.url) from None
         self._redis = redis.Redis(connection_pool=self._pool)
         r = self._redis.register_script
-        self._s_open = r(_script_source(_OPEN, writes=True))
-        self._s_probe = r(_script_source(_PROBE, writes=False))
+        self._s_read_layout = r(_script_source(_READ_LAYOUT, writes=False))
         self._s_write_ck = r(_script_source(_WRITE_CHECKPOINT, writes=True))
         self._s_read_ck = r(_script_source(_READ_CHECKPOINT, writes=False))
         self._s_list_ck = r(_script_source(_LIST_CHECKPOINTS, writes=False))
@@ -1059,18 +1041,11 @@ class RedisStore(Store):
 
     def _open_checks(self, durability: bool) -> None:
         """Reach the server, check durability, then the key layout (version and foreign keys)."""
-
-        def loading(exc: BaseException) -> bool:  # a server loading its AOF answers soon
-            return isinstance(exc, (BusyLoadingError, TryAgainError))
-
         try:
-            retrying(loading, self.url)(self._redis.ping)
+            self._retry_loading(self._redis.ping)
             if durability and not self.read_only:
                 self._check_durability()
-            result = retrying(loading, self.url)(
-                self._s_probe if self.read_only else self._s_open,
-                keys=[self._k.meta, self._k.seq, self._k.runs, self._k.cks, self._k.known],
-                args=[self.prefix, len(MIGRATIONS)])
+            self._open_layout()
         except AuthenticationError as exc:
             raise StoreUnavailable(
                 f"{self.url!r} refused the credentials: {self._text(exc)}", url=self.url
@@ -1081,28 +1056,55 @@ class RedisStore(Store):
                 f"{self._text(exc)}); check that it is running and the host and port are right",
                 url=self.url,
             ) from exc
-        status = _str(result[0])
-        if status == "none":
-            raise StoreNotFound(
-                f"no remit store at {self.url!r}: there is no key {_str(result[1])!r} (no "
-                f"store with prefix {self.prefix!r}). Check ?prefix=NAME and the database "
-                "number; remit creates a store only when an application opens it for writing.",
-                url=self.url)
-        if status == "foreign":
-            name = _str(result[1])
-            raise ForeignSchemaError(
-                f"{self.url!r}: key {name!r} {_str(result[2])}; remit did not create it and left "
-                "it untouched. Use another prefix (?prefix=NAME) or another database.",
-                url=self.url, name=name,
-            )
-        if status == "newer":
-            found = int(result[1])
-            raise StoreVersionError(
-                f"{self.url!r} (prefix {self.prefix!r}) was written by a newer remit (key layout "
-                f"version {found}; this remit knows {len(MIGRATIONS)}). Upgrade remit-core to "
-                "open it.",
-                url=self.url, found=found, supported=len(MIGRATIONS),
-            )
+
+    # -------------------------------------------------------------------------------- layout
+
+    @contextlib.contextmanager
+    def _layout_session(self) -> Iterator[_Migration]:
+        """Collects the migration and runs it as one script, which refuses (LayoutChanged)
+        when another opener changed the version since it was read."""
+        migration = _Migration()
+        yield migration
+        if migration.lua:
+            body = "\n".join([_MIGRATE_HEAD, *migration.lua, "return 1"])
+            done = self._retry_loading(self._redis.eval, _script_source(body, writes=True), 1,
+                                       self._k.meta, self.prefix, migration.read)
+            if not done:
+                raise LayoutChanged
+
+    def _read_layout(self, migration: _Migration) -> Layout:
+        k = self._k
+        names = (k.meta, k.seq, k.runs, k.cks, k.known)
+        types, schema, version = self._retry_loading(self._s_read_layout, keys=list(names),
+                                                     args=[self.prefix])
+        types = [_str(t) for t in types]
+        foreign = [(n, f"is a {t}, where remit keeps a {want}")
+                   for n, t, want in zip(names, types, _LAYOUT_TYPES, strict=True)
+                   if t not in ("none", want)]
+        if types[0] == "none":
+            return Layout(None, foreign, [n for n, t in zip(names[1:], types[1:], strict=True)
+                                          if t != "none"],
+                          absent=f"there is no key {k.meta!r} (no store with prefix "
+                          f"{self.prefix!r}). Check ?prefix=NAME and the database number; "
+                          "remit creates a store only when an application opens it for "
+                          "writing.")
+        meta = {f: _str(v) for f, v in (("schema", schema), ("version", version)) if v}
+        migration.read = meta.get("version", "")
+        return Layout(meta, foreign)
+
+    def _create_layout(self, migration: _Migration) -> None:
+        migration.lua.append("redis.call('HSET', KEYS[1], 'schema', 'remit', 'version', '0')")
+
+    def _apply_step(self, migration: _Migration, step: str) -> None:
+        migration.lua.append(step)
+
+    def _set_version(self, migration: _Migration, version: int) -> None:
+        migration.lua.append(
+            f"redis.call('HSET', KEYS[1], 'schema', 'remit', 'version', '{version:d}')")
+
+    def _retry_loading(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn``, retried while the server is loading its data (it answers soon)."""
+        return retrying(_loading, self.url)(fn, *args, **kwargs)
 
     def _text(self, exc: BaseException) -> str:
         """A driver error's message, with every secret of the URL masked."""

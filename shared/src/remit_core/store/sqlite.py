@@ -20,11 +20,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from remit_core.errors import (
-    ForeignSchemaError,
     StoreConfigError,
     StoreNotFound,
     StoreUnavailable,
-    StoreVersionError,
 )
 from remit_core.records import (
     BlobRow,
@@ -34,13 +32,11 @@ from remit_core.records import (
 )
 from remit_core.serde import Serde
 from remit_core.store import chunks as _chunks
+from remit_core.store.base import Layout
 from remit_core.store.decisions import Verdict
 from remit_core.store.options import parse_options
-from remit_core.store.sql import Decide, Dialect, R, Records, SqlStore
+from remit_core.store.sql import TABLES, Decide, Dialect, R, Records, SqlStore
 from remit_core.urls import mask_url
-
-TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
-          "remit_receipts", "remit_claims", "remit_chunks")
 
 # Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
 MIGRATIONS: list[str] = [
@@ -154,6 +150,9 @@ def _ck(r: Sequence[Any]) -> CheckpointRow:
 class SqliteStore(SqlStore):
     """A store in one SQLite file (or in memory)."""
 
+    migrations = MIGRATIONS
+    layout_advice = "Use another database file"
+
     def __init__(self, url: str, path: str | None, *, serde: Serde | None, lease: float,
                  synchronous: str = "FULL", timeout: float = 30.0, mode: int = 0o600,
                  read_only: bool = False) -> None:
@@ -172,11 +171,9 @@ class SqliteStore(SqlStore):
         self._wconn: sqlite3.Connection | None = None
         self._wpid = os.getpid()
         self._records(Dialect(style=":{}", now=":now"), "remit_receipts", "remit_claims")
-        if read_only:
-            self._probe()
-        else:
+        if not read_only:
             self._create_file()
-            self._migrate()
+        self._open_file()
 
     @classmethod
     def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
@@ -384,90 +381,51 @@ class SqliteStore(SqlStore):
 
     # ------------------------------------------------------------------------------- migrations
 
-    def _migrate(self) -> None:
-        def run() -> None:
-            with self._tx() as conn:
-                names = {r[0] for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if "remit_meta" not in names:
-                    foreign = sorted(n for n in TABLES if n in names)
-                    if foreign:
-                        raise ForeignSchemaError(
-                            f"{self.url!r} already has table(s) {', '.join(foreign)} that remit "
-                            "did not create (no remit_meta table); remit left them untouched. "
-                            "Use another database file, or rename those tables.",
-                            url=self.url, name=foreign[0],
-                        )
-                    conn.execute("CREATE TABLE remit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                    conn.execute("INSERT INTO remit_meta VALUES ('schema', 'remit'), ('version', '0')")
-                meta = self._read_meta(conn)
-                if meta.get("schema") != "remit" or "version" not in meta:
-                    raise ForeignSchemaError(
-                        f"{self.url!r} has a remit_meta table that remit did not write; "
-                        "remit left it untouched. Use another database file.",
-                        url=self.url, name="remit_meta",
-                    )
-                version = int(meta["version"])
-                if version > len(MIGRATIONS):
-                    raise StoreVersionError(
-                        f"{self.url!r} was written by a newer remit (schema version {version}; "
-                        f"this remit knows {len(MIGRATIONS)}). Upgrade remit-core to open it.",
-                        url=self.url, found=version, supported=len(MIGRATIONS),
-                    )
-                for i in range(version, len(MIGRATIONS)):
-                    for stmt in MIGRATIONS[i].split(";"):
-                        if stmt.strip():
-                            conn.execute(stmt)
-                conn.execute("UPDATE remit_meta SET value = ? WHERE key = 'version'",
-                             (str(len(MIGRATIONS)),))
-
-        try:
-            self._call(run)
-        except sqlite3.DatabaseError as exc:
-            raise self._unusable(exc, "use") from exc
-
-    def _probe(self) -> None:
-        """A read-only open: find remit's store, creating and changing nothing."""
-        if self.path is None:
+    def _open_file(self) -> None:
+        """Open the store's layout (:meth:`Store._open_layout`), creating a database only
+        when opened for writing."""
+        if self.read_only and self.path is None:
             raise StoreNotFound(f"no remit store at {self.url!r}: an in-memory database "
                                 "starts empty.", url=self.url)
-        if not os.path.exists(self.path):
+        if self.read_only and not os.path.exists(str(self.path)):
             raise StoreNotFound(
                 f"no remit store at {self.url!r}: the file does not exist. Check the path; "
                 "remit creates a store only when an application opens it for writing.",
                 url=self.url)
-
-        def read() -> tuple[set[str], dict[str, str]]:
-            with self._tx(write=False) as conn:
-                names = {r[0] for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
-                return names, self._read_meta(conn) if "remit_meta" in names else {}
-
         try:
-            names, meta = self._call(read)
+            self._call(self._open_layout)
         except (StoreUnavailable, sqlite3.DatabaseError) as exc:
-            if "not a database" in str(exc):
+            if self.read_only and "not a database" in str(exc):
                 raise StoreNotFound(f"no remit store at {self.url!r}: the file is not a SQLite "
                                     "database.", url=self.url) from None
             if isinstance(exc, StoreUnavailable):
                 raise
-            raise self._unusable(exc, "read") from exc
-        if "remit_meta" not in names:
-            held = ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
-            raise StoreNotFound(
-                f"no remit store at {self.url!r}: the database has no remit tables "
-                f"({'its tables: ' + held if names else 'it has no tables'}). Check the path.",
-                url=self.url)
-        version = meta.get("version", "")
-        if meta.get("schema") != "remit" or not version.isdigit():
-            raise ForeignSchemaError(
-                f"{self.url!r} has a remit_meta table that remit did not write; "
-                "it is not a remit store.", url=self.url, name="remit_meta")
-        if int(version) > len(MIGRATIONS):
-            raise StoreVersionError(
-                f"{self.url!r} was written by a newer remit (schema version {version}; "
-                f"this remit knows {len(MIGRATIONS)}). Upgrade remit-core to read it.",
-                url=self.url, found=int(version), supported=len(MIGRATIONS))
+            raise self._unusable(exc, "read" if self.read_only else "use") from exc
+
+    def _layout_session(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._tx(write=not self.read_only)
+
+    def _read_layout(self, conn: sqlite3.Connection) -> Layout:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "remit_meta" in names:
+            return Layout(self._read_meta(conn))
+        held = ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
+        return Layout(None, strays=sorted(n for n in TABLES if n in names),
+                      absent="the database has no remit tables "
+                      f"({'its tables: ' + held if names else 'it has no tables'}). Check the "
+                      "path.")
+
+    def _create_layout(self, conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE remit_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO remit_meta VALUES ('schema', 'remit'), ('version', '0')")
+
+    def _apply_step(self, conn: sqlite3.Connection, step: str) -> None:
+        for statement in step.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+
+    def _set_version(self, conn: sqlite3.Connection, version: int) -> None:
+        conn.execute("UPDATE remit_meta SET value = ? WHERE key = 'version'", (str(version),))
 
     @staticmethod
     def _read_meta(conn: sqlite3.Connection) -> dict[str, str]:
