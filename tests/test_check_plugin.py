@@ -93,3 +93,73 @@ def test_stock_saver_fails_where_stock_violates(pytester: pytest.Pytester) -> No
         "*CV violated at invalid-state*invalid_stored=1*",
         "FAILED remit-contract::k-resumes[[]CO-k[]]*",
     ])
+
+
+# ============================================= every framework that registers checks
+
+
+def test_help_lists_one_option_per_framework(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(["*--remit-contract-crewai=MODULE:FACTORY*",
+                                 "*--remit-contract-pydantic-graph=MODULE:FACTORY*"])
+
+
+def test_each_framework_gets_its_fixtures(pytester: pytest.Pytester) -> None:
+    """Without an option the framework fixtures open the remit layer (RemitSaver,
+    RemitFlowPersistence, RemitStatePersistence) on a fresh directory."""
+    pytester.makepyfile(test_layers="""
+        def test_langgraph(remit_langgraph_saver):
+            from remit_langgraph import RemitSaver
+            assert isinstance(remit_langgraph_saver, RemitSaver)
+            assert remit_langgraph_saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
+
+        def test_crewai(remit_crewai_persistence):
+            from remit_crewai import RemitFlowPersistence
+            assert isinstance(remit_crewai_persistence, RemitFlowPersistence)
+            assert remit_crewai_persistence.load_state("nobody") is None
+
+        def test_pydantic_graph(remit_pydantic_graph_persistence):
+            import asyncio
+            from remit_pydantic_graph import RemitStatePersistence
+            p = remit_pydantic_graph_persistence("run-1")
+            assert isinstance(p, RemitStatePersistence) and p.run_id == "run-1"
+    """)
+    result = pytester.runpytest_subprocess(*ISOLATED)
+    result.assert_outcomes(passed=3)
+
+
+def test_a_fixture_opens_the_given_factory(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_layer="""
+        def test_pydantic_graph(remit_pydantic_graph_persistence):
+            from pydantic_graph.persistence.file import FileStatePersistence
+            assert isinstance(remit_pydantic_graph_persistence("r"), FileStatePersistence)
+    """)
+    result = pytester.runpytest_subprocess(
+        *ISOLATED, "--remit-contract-pydantic-graph=remit_check.pydantic_graph:stock_persistence",
+        "-k", "test_pydantic_graph")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.slow
+def test_crewai_persistence_cells(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        *ISOLATED, "-v", "--remit-contract-crewai=remit_check.crewai:remit_persistence",
+        "--remit-contract-k=2")
+    result.assert_outcomes(passed=9)
+    result.stdout.fnmatch_lines(["*collected 9 items*",
+                                 "remit-contract-crewai::kill-after-effect?LV? PASSED*",
+                                 "remit-contract-crewai::k-resumes?CO-k? PASSED*"])
+
+
+@pytest.mark.slow
+def test_pydantic_graph_stock_persistence_fails_where_stock_violates(
+        pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        *ISOLATED, "--remit-contract-pydantic-graph=remit_check.pydantic_graph:stock_persistence",
+        "--remit-contract-k=2", "-k", "second-resume or invalid-state or kill-during-write")
+    result.assert_outcomes(passed=1, failed=3, deselected=6)
+    result.stdout.fnmatch_lines([
+        "*LV violated at kill-during-write on remit_check.pydantic_graph:stock_persistence*",
+        "*CO violated at second-resume*late_deliveries_accepted=1*",
+        "*CV violated at invalid-state*invalid_persisted=1*",
+    ])

@@ -130,8 +130,7 @@ def flows(layer: Layer, directory: str) -> dict[str, Any]:
             _hang(self.state, "deliver")
             return str(self.state.shipped)
 
-    return {"order": OrderFlow, "review": ReviewFlow, "backend": backend}
-
-
+    # "durable": the flows are remit's (a fork is remit's explicit fork, not CrewAI's)
+    return {"order": OrderFlow, "review": ReviewFlow, "backend": backend, "durable": remit}
 
 __all__ = ["ApprovalState", "OrderState", "Park", "charge", "flows", "kill_pipe", "ship"]

@@ -95,9 +95,10 @@ def stale_handles(layer: Layer, d: str, flow_id: str) -> list[str]:
     return out
 
 
-def fork_flow(layer: Layer, d: str, source: str, remit: bool) -> tuple[str, dict[str, Any]]:
-    flow = flows(layer, d)["order"]()
-    if remit:
+def fork_flow(layer: Layer, d: str, source: str) -> tuple[str, dict[str, Any]]:
+    made = flows(layer, d)
+    flow = made["order"]()
+    if made["durable"]:  # remit's fork, explicit (FI)
         from remit_crewai import fork
 
         fork(flow, source, {"value": 2})
@@ -272,8 +273,8 @@ def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
         source = env.new_id("source")
         with _pool() as pool:
             pool.apply(kickoff, (lay, str(d), "order", {"id": source, "ledger": str(d / "ledger")}))
-            a = pool.apply(fork_flow, (lay, str(d), source, layer == "remit"))
-            b = pool.apply(fork_flow, (lay, str(d), source, layer == "remit"))
+            a = pool.apply(fork_flow, (lay, str(d), source))
+            b = pool.apply(fork_flow, (lay, str(d), source))
         same += a == b
     n = env.reps
     return [_cell(layer, "fork-twice", "FI/FD", same == n, {"forks_equal": same, "reps": n},
