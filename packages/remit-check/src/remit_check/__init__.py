@@ -50,7 +50,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -115,6 +115,16 @@ class CheckEnv:
         d.mkdir(parents=True)
         return d
 
+    def rep_dirs(self, name: str) -> Iterator[Path]:
+        """A fresh directory for each repetition."""
+        for _ in range(self.reps):
+            yield self.fresh_dir(name)
+
+    def layer(self, factory: str) -> tuple[str, str | None]:
+        """A layer as it travels to a child: its factory, and the remit store it is to use
+        (None: its own file in the scenario's directory)."""
+        return (factory, self.store_url)
+
     def remit_url(self, d: Path) -> str:
         """The store a remit layer uses for one scenario (runs are told apart by id)."""
         return self.store_url or f"sqlite:///{d / 'remit.db'}"
@@ -124,13 +134,51 @@ class CheckEnv:
         return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+ScenarioRun = Callable[[CheckEnv, str, str], list[CellResult]]
+"""``run(env, layer, factory)``: a scenario's cells for that layer."""
+
+
 @dataclass
 class Scenario:
     """One fault point. ``run(env, layer, factory)`` returns its cells for that layer."""
 
     fault: str
     properties: tuple[str, ...]
-    run: Callable[[CheckEnv, str, str], list[CellResult]]
+    run: ScenarioRun
+
+
+class Matrix:
+    """One framework's scenarios, declared where they are defined, and its cells::
+
+        MATRIX = Matrix("myframework")
+
+        @MATRIX.scenario("k-resumes", "CO-k")
+        def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+            ...
+            return [MATRIX.cell(layer, "k-resumes", "CO-k", ok, counts, summary)]
+    """
+
+    def __init__(self, framework: str) -> None:
+        self.framework = framework
+        #: in the order they were declared (the order they run in)
+        self.scenarios: list[Scenario] = []
+
+    def scenario(self, fault: str, *properties: str) -> Callable[[ScenarioRun], ScenarioRun]:
+        """Declare ``run`` as the scenario of ``fault`` that measures ``properties``."""
+        if fault not in FAULTS or not properties or set(properties) - set(PROPERTIES):
+            raise ValueError(f"not a fault point and its properties: {fault} {properties}")
+
+        def declare(run: ScenarioRun) -> ScenarioRun:
+            self.scenarios.append(Scenario(fault, properties, run))
+            return run
+
+        return declare
+
+    def cell(self, layer: str, fault: str, prop: str, ok: bool, counts: dict[str, int],
+             summary: str, detail: str = "") -> CellResult:
+        """A measured cell: it holds when ``ok``."""
+        return CellResult(self.framework, layer, fault, prop, verdict(ok), counts, summary,
+                          detail=detail)
 
 
 @dataclass
@@ -387,5 +435,6 @@ def _masked(url: str | None) -> str | None:
     return mask_url(url)
 
 
-__all__ = ["FAULTS", "PROPERTIES", "STORE_ENV", "CellResult", "CheckEnv", "Report", "Scenario",
-           "available", "declaration", "installed_frameworks", "load_factory", "run_check", "verdict"]
+__all__ = ["FAULTS", "PROPERTIES", "STORE_ENV", "CellResult", "CheckEnv", "Matrix", "Report",
+           "Scenario", "available", "declaration", "installed_frameworks", "load_factory",
+           "run_check", "verdict"]

@@ -14,12 +14,18 @@ import contextlib
 import logging
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from remit_check import CellResult, CheckEnv, Matrix
+
+T = TypeVar("T")
 
 
 def note(ledger: str, line: str) -> None:
@@ -106,6 +112,74 @@ def one_child(ctx: Any) -> Iterator[Any]:
     """A pool of one fresh process, for a call whose result the parent needs."""
     with ctx.Pool(1) as pool:
         yield pool
+
+
+class Children:
+    """The child processes of one framework's scenarios: each a fresh process forked from
+    the fork server that preloaded ``module`` (see :func:`forkserver`). Make it at the
+    import of that module, so that the server, when it starts, preloads it."""
+
+    def __init__(self, module: str, wait: float) -> None:
+        self.ctx = forkserver(module)
+        #: seconds a child may stay silent before it counts as stuck
+        self.wait = wait
+
+    def crash(self, target: Callable[..., Any], args: tuple[Any, ...], point: str) -> bool:
+        """:func:`crash` in a fresh child."""
+        return crash(self.ctx, target, args, point, self.wait)
+
+    def one(self) -> contextlib.AbstractContextManager[Any]:
+        """A pool of one fresh process (:func:`one_child`)."""
+        return one_child(self.ctx)
+
+    def call(self, target: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """``target(*args)`` in a fresh process; its result."""
+        with self.one() as pool:
+            return pool.apply(target, args)
+
+    def race(self, target: Callable[..., Any], argsets: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Run ``target(*args, barrier, results)`` in one fresh process per ``args``, all
+        released at once by the barrier; return what they put on ``results``."""
+        barrier = self.ctx.Barrier(len(argsets))
+        results = self.ctx.Queue()
+        procs = [self.ctx.Process(target=target, args=(*args, barrier, results))
+                 for args in argsets]
+        for p in procs:
+            p.start()
+        try:
+            return [results.get(timeout=self.wait * 2) for _ in procs]
+        finally:
+            for p in procs:
+                p.join(timeout=self.wait)
+
+
+def copies(directory: Path, n: int) -> list[Path]:
+    """``n`` copies of a scenario's directory beside it (``<name>-copy1``, ...): the same
+    durable state, to recover more than once (RD)."""
+    made = [directory.with_name(f"{directory.name}-copy{i}") for i in range(1, n + 1)]
+    for copy in made:
+        shutil.copytree(directory, copy)
+    return made
+
+
+def recover_twice(matrix: Matrix, env: CheckEnv, layer: str, *, crash: Callable[[Path], T],
+                  recover: Callable[[Path, T], Any], finished: Callable[[Any], bool],
+                  agreed: str) -> list[CellResult]:
+    """RD, the same way for every framework: per rep, ``crash(directory)`` leaves a crashed
+    run (and returns what names it), the directory is copied twice, and
+    ``recover(copy, name)`` recovers each copy in a fresh process. The cell holds when the
+    two recoveries return the same and the first ``finished``. (On the remit layer the
+    copies are SQLite files, also under ``--store``: the summary says so.)"""
+    same = 0
+    for d in env.rep_dirs("recover-twice"):
+        name = crash(d)
+        got = [recover(c, name) for c in copies(d, 2)]
+        same += got[0] == got[1] and finished(got[0])
+    n = env.reps
+    where = " (on SQLite copies)" if layer == "remit" else ""
+    return [matrix.cell(layer, "recover-twice", "RD", same == n,
+                        {"recoveries_equal": same, "reps": n},
+                        f"two recoveries of one crash {agreed} in {same} of {n} reps{where}")]
 
 
 #: a scenario's layer as it travels to a child: (factory spec, the remit store URL or None)

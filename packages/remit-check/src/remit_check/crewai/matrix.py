@@ -15,19 +15,16 @@ files) is not a ``FlowPersistence`` and remit does not use it.
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from crewai.flow.async_feedback.types import HumanFeedbackPending
 
-from remit_check import CellResult, CheckEnv, Scenario, verdict
+from remit_check import CellResult, CheckEnv, Matrix, Scenario, harness
 from remit_check.crewai import FRAMEWORK
 from remit_check.crewai.flows import flows, kill_pipe
-from remit_check.harness import Layer, count, forkserver, lines, one_child, quiet_children
-from remit_check.harness import crash as _crash_in
+from remit_check.harness import Children, Layer, count, lines, quiet_children
 from remit_core import ConsumeConflict, StateValidationError
 
 WAIT = 60.0
@@ -110,21 +107,9 @@ def fork_flow(layer: Layer, d: str, source: str) -> tuple[str, dict[str, Any]]:
 
 # ============================================================================= the parent
 
-CTX = forkserver(__name__)
+CHILDREN = Children(__name__, WAIT)
 quiet_children()
-
-
-def _crash(target: Callable[..., Any], args: tuple[Any, ...], point: str) -> bool:
-    return _crash_in(CTX, target, args, point, WAIT)
-
-
-def _pool() -> Any:
-    return one_child(CTX)
-
-
-def _cell(layer: str, fault: str, prop: str, ok: bool, counts: dict[str, int],
-          summary: str) -> CellResult:
-    return CellResult(FRAMEWORK, layer, fault, prop, verdict(ok), counts, summary)
+MATRIX = Matrix(FRAMEWORK)
 
 
 def _crash_and_resume(env: CheckEnv, lay: Layer, name: str, point: str,
@@ -132,15 +117,23 @@ def _crash_and_resume(env: CheckEnv, lay: Layer, name: str, point: str,
     d = d or env.fresh_dir(point)
     ledger = d / "ledger"
     fid = env.new_id("order")
-    _crash(kickoff, (lay, str(d), "order", {"id": fid, "ledger": str(ledger), "hang": point}),
-           point)
-    with _pool() as pool:
-        got = pool.apply(kickoff, (lay, str(d), "order", {"id": fid, "hang": ""}))
+    CHILDREN.crash(kickoff, (lay, str(d), "order",
+                             {"id": fid, "ledger": str(ledger), "hang": point}), point)
+    got = CHILDREN.call(kickoff, (lay, str(d), "order", {"id": fid, "hang": ""}))
     return ledger, fid, got
 
 
+def _park(env: CheckEnv, lay: Layer, d: Path) -> str:
+    fid = env.new_id("review")
+    got = CHILDREN.call(kickoff, (lay, str(d), "review", {"id": fid,
+                                                          "ledger": str(d / "ledger")}))
+    assert got[0] == "parked", got
+    return fid
+
+
+@MATRIX.scenario("kill-after-effect", "EO", "PC")
 def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     charges = reruns = finished = 0
     for _ in range(env.reps):
         ledger, _, got = _crash_and_resume(env, lay, "order", "after-effect")
@@ -150,17 +143,37 @@ def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResul
         finished += got[0] == "finished"
     n = env.reps
     return [
-        _cell(layer, "kill-after-effect", "EO", charges == n and finished == n,
-              {"effect_calls": charges, "finished": finished, "reps": n},
-              f"charge fired {charges} times in {n} reps; {finished} of {n} flows finished"),
-        _cell(layer, "kill-after-effect", "PC", reruns == 0 and finished == n,
-              {"completed_method_reruns": reruns, "reps": n},
-              f"completed methods ran again {reruns} times in {n} reps"),
+        MATRIX.cell(layer, "kill-after-effect", "EO", charges == n and finished == n,
+                    {"effect_calls": charges, "finished": finished, "reps": n},
+                    f"charge fired {charges} times in {n} reps; {finished} of {n} flows finished"),
+        MATRIX.cell(layer, "kill-after-effect", "PC", reruns == 0 and finished == n,
+                    {"completed_method_reruns": reruns, "reps": n},
+                    f"completed methods ran again {reruns} times in {n} reps"),
     ]
 
 
+@MATRIX.scenario("kill-after-effect", "LV")
+def owner_dies(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+    """LV: the resume that won is SIGKILLed after its effect; kickoff(id) finishes it."""
+    lay = env.layer(factory)
+    finished = shipped = 0
+    for d in env.rep_dirs("owner-dies"):
+        fid = _park(env, lay, d)
+        CHILDREN.crash(resume_feedback, (lay, str(d), fid, "claimed"), "deliver")
+        got = CHILDREN.call(kickoff, (lay, str(d), "review", {"id": fid, "hang": ""}))
+        finished += got[0] == "finished" and got[1] == "shipped claimed"
+        shipped += count(lines(d / "ledger"), "effect ship")
+    n = env.reps
+    return [MATRIX.cell(layer, "kill-after-effect", "LV", finished == n and shipped == n,
+                        {"finished_with_claimed_value": finished, "gated_effect_calls": shipped,
+                         "reps": n},
+                        f"a resume killed after its effect: finished with its value in {finished} "
+                        f"of {n} reps; effect fired {shipped} times")]
+
+
+@MATRIX.scenario("kill-between-steps", "PC")
 def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     reruns = charges = finished = 0
     for _ in range(env.reps):
         ledger, _, got = _crash_and_resume(env, lay, "order", "between")
@@ -169,88 +182,51 @@ def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResu
         charges += count(entries, "effect charge")
         finished += got[0] == "finished"
     n = env.reps
-    return [_cell(layer, "kill-between-steps", "PC", reruns == 0 and finished == n,
-                  {"completed_method_reruns": reruns, "effect_calls": charges, "reps": n},
-                  f"begin and pay ran again {reruns} times in {n} reps; charge fired "
-                  f"{charges} times")]
+    return [MATRIX.cell(layer, "kill-between-steps", "PC", reruns == 0 and finished == n,
+                        {"completed_method_reruns": reruns, "effect_calls": charges, "reps": n},
+                        f"begin and pay ran again {reruns} times in {n} reps; charge fired "
+                        f"{charges} times")]
 
 
-def _park(env: CheckEnv, lay: Layer, d: Path) -> str:
-    fid = env.new_id("review")
-    with _pool() as pool:
-        got = pool.apply(kickoff, (lay, str(d), "review", {"id": fid, "ledger": str(d / "ledger")}))
-    assert got[0] == "parked", got
-    return fid
-
-
+@MATRIX.scenario("k-resumes", "CO-k")
 def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     delivered = ran = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("k-resumes")
+    for d in env.rep_dirs("k-resumes"):
         fid = _park(env, lay, d)
-        barrier = CTX.Barrier(env.k)
-        results = CTX.Queue()
-        procs = [CTX.Process(target=resume_feedback,
-                             args=(lay, str(d), fid, f"v{i}", barrier, results))
-                 for i in range(env.k)]
-        for p in procs:
-            p.start()
-        outcomes = [results.get(timeout=WAIT * 2) for _ in procs]
-        for p in procs:
-            p.join(timeout=WAIT)
+        outcomes = CHILDREN.race(resume_feedback,
+                                 [(lay, str(d), fid, f"v{i}") for i in range(env.k)])
         ran += count(lines(d / "ledger"), "effect ship")
         delivered += outcomes.count("won")
     n = env.reps
-    return [_cell(layer, "k-resumes", "CO-k", ran == n and delivered == n,
-                  {"gated_effect_calls": ran, "resumes_that_ran": delivered, "k": env.k,
-                   "reps": n},
-                  f"{env.k} racing resumes: gated effect fired {ran} times in {n} reps")]
+    return [MATRIX.cell(layer, "k-resumes", "CO-k", ran == n and delivered == n,
+                        {"gated_effect_calls": ran, "resumes_that_ran": delivered, "k": env.k,
+                         "reps": n},
+                        f"{env.k} racing resumes: gated effect fired {ran} times in {n} reps")]
 
 
+@MATRIX.scenario("second-resume", "CO")
 def second_resume(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     ran = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("second-resume")
+    for d in env.rep_dirs("second-resume"):
         fid = _park(env, lay, d)
-        with _pool() as pool:
-            pool.apply(stale_handles, (lay, str(d), fid))
+        CHILDREN.call(stale_handles, (lay, str(d), fid))
         ran += count(lines(d / "ledger"), "effect ship")
     n = env.reps
-    return [_cell(layer, "second-resume", "CO", ran == n,
-                  {"gated_effect_calls": ran, "reps": n},
-                  f"two stale handles, both resumed: gated effect fired {ran} times in {n} "
-                  "reps")]
+    return [MATRIX.cell(layer, "second-resume", "CO", ran == n,
+                        {"gated_effect_calls": ran, "reps": n},
+                        f"two stale handles, both resumed: gated effect fired {ran} times in {n} "
+                        "reps")]
 
 
-def owner_dies(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    """LV: the resume that won is SIGKILLed after its effect; kickoff(id) finishes it."""
-    lay: Layer = (factory, env.store_url)
-    finished = shipped = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("owner-dies")
-        fid = _park(env, lay, d)
-        _crash(resume_feedback, (lay, str(d), fid, "claimed"), "deliver")
-        with _pool() as pool:
-            got = pool.apply(kickoff, (lay, str(d), "review", {"id": fid, "hang": ""}))
-        finished += got[0] == "finished" and got[1] == "shipped claimed"
-        shipped += count(lines(d / "ledger"), "effect ship")
-    n = env.reps
-    return [_cell(layer, "kill-after-effect", "LV", finished == n and shipped == n,
-                  {"finished_with_claimed_value": finished, "gated_effect_calls": shipped,
-                   "reps": n},
-                  f"a resume killed after its effect: finished with its value in {finished} "
-                  f"of {n} reps; effect fired {shipped} times")]
-
-
+@MATRIX.scenario("invalid-state", "CV")
 def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     stored = stuck = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("invalid-state")
+    for d in env.rep_dirs("invalid-state"):
         fid = env.new_id("cv")
-        with _pool() as pool:
+        with CHILDREN.one() as pool:
             pool.apply(kickoff, (lay, str(d), "order",
                                  {"id": fid, "ledger": str(d / "ledger"), "value": "many"}))
             backend = flows(lay, str(d))["backend"]
@@ -259,60 +235,45 @@ def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
             again = pool.apply(kickoff, (lay, str(d), "order", {"id": fid, "value": 3}))
         stuck += again[0] != "finished"
     n = env.reps
-    return [_cell(layer, "invalid-state", "CV", stored == 0 and stuck == 0,
-                  {"invalid_persisted": stored, "not_resumable_after": stuck, "reps": n},
-                  f"count='many' stored in {stored} of {n} reps; flow not resumable afterwards "
-                  f"in {stuck}")]
+    return [MATRIX.cell(layer, "invalid-state", "CV", stored == 0 and stuck == 0,
+                        {"invalid_persisted": stored, "not_resumable_after": stuck, "reps": n},
+                        f"count='many' stored in {stored} of {n} reps; flow not resumable "
+                        f"afterwards in {stuck}")]
 
 
+@MATRIX.scenario("fork-twice", "FI/FD")
 def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     same = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("fork-twice")
+    for d in env.rep_dirs("fork-twice"):
         source = env.new_id("source")
-        with _pool() as pool:
+        with CHILDREN.one() as pool:
             pool.apply(kickoff, (lay, str(d), "order", {"id": source, "ledger": str(d / "ledger")}))
             a = pool.apply(fork_flow, (lay, str(d), source))
             b = pool.apply(fork_flow, (lay, str(d), source))
         same += a == b
     n = env.reps
-    return [_cell(layer, "fork-twice", "FI/FD", same == n, {"forks_equal": same, "reps": n},
-                  f"two forks of one state had the same id and state in {same} of {n} reps")]
+    return [MATRIX.cell(layer, "fork-twice", "FI/FD", same == n, {"forks_equal": same, "reps": n},
+                        f"two forks of one state had the same id and state in {same} of {n} reps")]
 
 
+@MATRIX.scenario("recover-twice", "RD")
 def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     lay: Layer = (factory, None)  # copies need a file store: SQLite for remit
-    same = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("recover-twice")
-        ledger = d / "ledger"
+
+    def crash(d: Path) -> str:
         fid = env.new_id("rd")
-        _crash(kickoff, (lay, str(d), "order", {"id": fid, "ledger": str(ledger),
-                                                 "hang": "between"}), "between")
-        got = []
-        for i in (1, 2):
-            c = d.with_name(f"{d.name}-copy{i}")
-            shutil.copytree(d, c)
-            with _pool() as pool:
-                got.append(pool.apply(kickoff, (lay, str(c), "order", {"id": fid, "hang": ""})))
-        same += got[0] == got[1] and got[0][0] == "finished"
-    n = env.reps
-    where = " (on SQLite copies)" if layer == "remit" else ""
-    return [_cell(layer, "recover-twice", "RD", same == n,
-                  {"recoveries_equal": same, "reps": n},
-                  f"two recoveries of one crash gave the same result and state in {same} of "
-                  f"{n} reps{where}")]
+        CHILDREN.crash(kickoff, (lay, str(d), "order", {"id": fid, "ledger": str(d / "ledger"),
+                                                         "hang": "between"}), "between")
+        return fid
+
+    def recover(copy: Path, fid: str) -> Any:
+        return CHILDREN.call(kickoff, (lay, str(copy), "order", {"id": fid, "hang": ""}))
+
+    return harness.recover_twice(MATRIX, env, layer, crash=crash, recover=recover,
+                                 finished=lambda got: bool(got[0] == "finished"),
+                                 agreed="gave the same result and state")
 
 
 def scenarios() -> list[Scenario]:
-    return [
-        Scenario("kill-after-effect", ("EO", "PC"), kill_after_effect),
-        Scenario("kill-after-effect", ("LV",), owner_dies),
-        Scenario("kill-between-steps", ("PC",), kill_between_steps),
-        Scenario("k-resumes", ("CO-k",), k_resumes),
-        Scenario("second-resume", ("CO",), second_resume),
-        Scenario("invalid-state", ("CV",), invalid_state),
-        Scenario("fork-twice", ("FI/FD",), fork_twice),
-        Scenario("recover-twice", ("RD",), recover_twice),
-    ]
+    return list(MATRIX.scenarios)

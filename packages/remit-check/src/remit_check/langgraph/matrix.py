@@ -67,7 +67,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Command
 
-from remit_check import STORE_ENV, CellResult, CheckEnv, Scenario, verdict
+from remit_check import STORE_ENV, CellResult, CheckEnv, Matrix, Scenario
 from remit_check.harness import Layer, count, forkserver, lines, use_layer
 from remit_check.langgraph import FRAMEWORK, LAYERS, STOCK_MISSING, layer_unavailable
 from remit_check.langgraph.graphs import BAD, GRAPHS, INPUTS, SCHEMAS, fork_graph
@@ -385,6 +385,8 @@ def _close_pool() -> None:
 
 # ============================================================================== scenarios
 
+MATRIX = Matrix(FRAMEWORK)
+
 
 class Run:
     """One scenario on one layer: its directory, the layer as children see it, the pool."""
@@ -408,8 +410,7 @@ class Run:
 
     def cell(self, prop: str, ok: bool, counts: dict[str, int], summary: str,
              detail: str = "") -> CellResult:
-        return CellResult(FRAMEWORK, self.layer, self.fault, prop, verdict(ok), counts,
-                          summary, detail=detail)
+        return MATRIX.cell(self.layer, self.fault, prop, ok, counts, summary, detail)
 
 
 def _recover(r: Run, w: Worker, kind: str, thread: str) -> tuple[dict[str, Any], int]:
@@ -427,6 +428,7 @@ def _recover(r: Run, w: Worker, kind: str, thread: str) -> tuple[dict[str, Any],
         w = r.pool.next()
 
 
+@MATRIX.scenario("kill-after-effect", "EO", "PC", "LV")
 def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "kill-after-effect")
     calls = reruns = continued = claimed_value = refused = not_reached = 0
@@ -480,6 +482,7 @@ def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResul
     ]
 
 
+@MATRIX.scenario("kill-between-steps", "PC")
 def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "kill-between-steps")
     reruns = finished = not_reached = 0
@@ -507,6 +510,7 @@ def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResu
                    f"{finished} of {n} runs finished", "\n".join(notes))]
 
 
+@MATRIX.scenario("k-resumes", "CO-k")
 def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "k-resumes")
     k = env.k
@@ -537,6 +541,7 @@ def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
                    "\n".join(notes))]
 
 
+@MATRIX.scenario("second-resume", "CO")
 def second_resume(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "second-resume")
     refused = recorded = extra = 0
@@ -563,6 +568,7 @@ def second_resume(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
                    f"{recorded}")]
 
 
+@MATRIX.scenario("invalid-state", "CV")
 def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "invalid-state")
     refused = stored = unreadable = 0
@@ -585,6 +591,7 @@ def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
                    "the run ended with: " + ", ".join(sorted(raised)))]
 
 
+@MATRIX.scenario("fork-twice", "FI/FD")
 def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "fork-twice")
     same_id = same_state = own_value = 0
@@ -626,6 +633,7 @@ def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
                    "\n".join(notes))]
 
 
+@MATRIX.scenario("recover-twice", "RD")
 def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "recover-twice", file_store=True)
     same = {"state": 0, "nodes": 0, "effects": 0, "ids": 0}
@@ -667,15 +675,7 @@ def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
 
 
 def scenarios() -> list[Scenario]:
-    return [
-        Scenario("kill-after-effect", ("EO", "PC", "LV"), kill_after_effect),
-        Scenario("kill-between-steps", ("PC",), kill_between_steps),
-        Scenario("k-resumes", ("CO-k",), k_resumes),
-        Scenario("second-resume", ("CO",), second_resume),
-        Scenario("invalid-state", ("CV",), invalid_state),
-        Scenario("fork-twice", ("FI/FD",), fork_twice),
-        Scenario("recover-twice", ("RD",), recover_twice),
-    ]
+    return list(MATRIX.scenarios)
 
 
 __all__ = ["LAYERS", "STOCK_MISSING", "ChildError", "layer_unavailable", "scenarios"]

@@ -14,28 +14,25 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import os
-import shutil
 import signal
 import time
-from collections.abc import Callable
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from pydantic_graph import BaseNode, End
 
-from remit_check import CellResult, CheckEnv, Scenario, verdict
+from remit_check import CellResult, CheckEnv, Matrix, Scenario, harness
 from remit_check.harness import (
+    Children,
     Layer,
     count,
-    forkserver,
     hold,
     lines,
-    one_child,
     pid_of,
     quiet_children,
     use_layer,
 )
-from remit_check.harness import crash as _crash_in
 from remit_check.pydantic_graph import FRAMEWORK, LEASE
 from remit_check.pydantic_graph.graphs import (
     CLEAN,
@@ -220,75 +217,63 @@ def fork_and_finish(factory: Layer, d: str, source: str, target: str,
 
 # ============================================================================ the parent
 
-CTX = forkserver(__name__)
+CHILDREN = Children(__name__, WAIT)
 quiet_children()
+MATRIX = Matrix(FRAMEWORK)
 
 
-def _crash(target: Callable[..., Any], args: tuple[Any, ...], point: str) -> bool:
-    return _crash_in(CTX, target, args, point, WAIT)
-
-
-def _pool() -> Any:
-    return one_child(CTX)
-
-
-def _cell(env: CheckEnv, layer: str, fault: str, prop: str, ok: bool,
-          counts: dict[str, int], summary: str) -> CellResult:
-    return CellResult(FRAMEWORK, layer, fault, prop, verdict(ok), counts, summary)
-
-
+@MATRIX.scenario("kill-after-effect", "EO", "PC")
 def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     calls = reruns = finished = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("kill-after-effect")
+    for d in env.rep_dirs("kill-after-effect"):
         ledger = d / "ledger"
         run_id = env.new_id("order")
-        _crash(run_order, (lay, str(d), run_id, str(ledger), "B"), "charged")  # inside B
-        with _pool() as pool:
-            got = pool.apply(recover, (lay, str(d), run_id, str(ledger)))
+        CHILDREN.crash(run_order, (lay, str(d), run_id, str(ledger), "B"), "charged")  # inside B
+        got = CHILDREN.call(recover, (lay, str(d), run_id, str(ledger)))
         entries = lines(ledger)
         calls += count(entries, "effect charge")
         reruns += count(entries, "enter A") - 1
         finished += got[0] == "ok" and got[1] == CLEAN[0]
     n = env.reps
     return [
-        _cell(env, layer, "kill-after-effect", "EO", calls == n and finished == n,
-              {"effect_calls": calls, "finished": finished, "reps": n},
-              f"charge fired {calls} times in {n} reps; {finished} of {n} runs finished"),
-        _cell(env, layer, "kill-after-effect", "PC", finished == n and reruns == 0,
-              {"finished": finished, "completed_node_reruns": reruns, "reps": n},
-              f"run resumed in {finished} of {n} reps; completed nodes re-ran {reruns} times"),
+        MATRIX.cell(layer, "kill-after-effect", "EO", calls == n and finished == n,
+                    {"effect_calls": calls, "finished": finished, "reps": n},
+                    f"charge fired {calls} times in {n} reps; {finished} of {n} runs finished"),
+        MATRIX.cell(layer, "kill-after-effect", "PC", finished == n and reruns == 0,
+                    {"finished": finished, "completed_node_reruns": reruns, "reps": n},
+                    f"run resumed in {finished} of {n} reps; completed nodes re-ran {reruns} "
+                    "times"),
     ]
 
 
+@MATRIX.scenario("kill-between-steps", "PC")
 def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     intact = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("kill-between-steps")
+    for d in env.rep_dirs("kill-between-steps"):
         ledger = d / "ledger"
         run_id = env.new_id("gap")
-        _crash(run_order, (lay, str(d), run_id, str(ledger), "gap"), "gap")
-        with _pool() as pool:
-            got = pool.apply(recover, (lay, str(d), run_id, str(ledger)))
+        CHILDREN.crash(run_order, (lay, str(d), run_id, str(ledger), "gap"), "gap")
+        got = CHILDREN.call(recover, (lay, str(d), run_id, str(ledger)))
         entries = lines(ledger)
         intact += (got[0] == "ok" and got[1] == CLEAN[0]
                    and count(entries, "effect charge") == 1 and count(entries, "enter A") == 1)
     n = env.reps
-    return [_cell(env, layer, "kill-between-steps", "PC", intact == n,
-                  {"recovered_intact": intact, "reps": n},
-                  f"recovered with no state lost in {intact} of {n} reps")]
+    return [MATRIX.cell(layer, "kill-between-steps", "PC", intact == n,
+                        {"recovered_intact": intact, "reps": n},
+                        f"recovered with no state lost in {intact} of {n} reps")]
 
 
+@MATRIX.scenario("kill-during-write", "PC", "LV")
 def kill_during_write(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     lost = wedged = 0
     for rep in range(env.reps):
         d = env.fresh_dir("kill-during-write")
         run_id = env.new_id("bulk")
-        parent, child = CTX.Pipe()
-        proc = CTX.Process(target=bulk_writer, args=(lay, str(d), run_id),
+        parent, child = CHILDREN.ctx.Pipe()
+        proc = CHILDREN.ctx.Process(target=bulk_writer, args=(lay, str(d), run_id),
                            kwargs={"conn": child})
         proc.start()
         child.close()
@@ -303,7 +288,7 @@ def kill_during_write(env: CheckEnv, layer: str, factory: str) -> list[CellResul
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid_of(proc), signal.SIGKILL)
             proc.join(timeout=WAIT)
-        with _pool() as pool:
+        with CHILDREN.one() as pool:
             history = pool.apply(load_history, (lay, str(d), run_id, "bulk"))
             lost += history[0] != "ok" or history[1] == 0
             resumed = pool.apply_async(recover, (lay, str(d), run_id, "", "bulk"))
@@ -314,75 +299,65 @@ def kill_during_write(env: CheckEnv, layer: str, factory: str) -> list[CellResul
                 wedged += 1
     n = env.reps
     return [
-        _cell(env, layer, "kill-during-write", "PC", lost == 0,
-              {"history_lost": lost, "reps": n},
-              f"history unloadable or empty after the kill in {lost} of {n} reps"),
-        _cell(env, layer, "kill-during-write", "LV", wedged == 0,
-              {"not_resumable": wedged, "reps": n},
-              f"the run could not be resumed afterwards in {wedged} of {n} reps"),
+        MATRIX.cell(layer, "kill-during-write", "PC", lost == 0,
+                    {"history_lost": lost, "reps": n},
+                    f"history unloadable or empty after the kill in {lost} of {n} reps"),
+        MATRIX.cell(layer, "kill-during-write", "LV", wedged == 0,
+                    {"not_resumable": wedged, "reps": n},
+                    f"the run could not be resumed afterwards in {wedged} of {n} reps"),
     ]
 
 
+@MATRIX.scenario("k-resumes", "CO-k")
 def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     """k processes deliver an answer to one parked run at once, with the documented
     human-in-the-loop pattern (load_next, else start a new run)."""
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     evaluated = accepted = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("k-resumes")
+    for d in env.rep_dirs("k-resumes"):
         ledger = d / "ledger"
         run_id = env.new_id("question")
-        with _pool() as pool:
-            pool.apply(deliver_answer, (lay, str(d), run_id, str(ledger), ""))
-        barrier = CTX.Barrier(env.k)
-        results = CTX.Queue()
-        procs = [CTX.Process(target=answer_racer,
-                             args=(lay, str(d), run_id, str(ledger), f"v{i}", barrier, results))
-                 for i in range(env.k)]
-        for p in procs:
-            p.start()
-        outcomes = [results.get(timeout=WAIT * 2) for _ in procs]
-        for p in procs:
-            p.join(timeout=WAIT)
+        CHILDREN.call(deliver_answer, (lay, str(d), run_id, str(ledger), ""))
+        outcomes = CHILDREN.race(answer_racer, [(lay, str(d), run_id, str(ledger), f"v{i}")
+                                                for i in range(env.k)])
         evaluated += count(lines(ledger), "enter Evaluate")
         accepted += sum(o != "conflict" for o in outcomes)
     n = env.reps
-    return [_cell(env, layer, "k-resumes", "CO-k", evaluated == n and accepted == n,
-                  {"evaluations": evaluated, "deliveries_accepted": accepted, "k": env.k,
-                   "reps": n},
-                  f"{env.k} racing deliveries: evaluated {evaluated} times in {n} reps, "
-                  f"{accepted} accepted without an error")]
+    return [MATRIX.cell(layer, "k-resumes", "CO-k", evaluated == n and accepted == n,
+                        {"evaluations": evaluated, "deliveries_accepted": accepted, "k": env.k,
+                         "reps": n},
+                        f"{env.k} racing deliveries: evaluated {evaluated} times in {n} reps, "
+                        f"{accepted} accepted without an error")]
 
 
+@MATRIX.scenario("second-resume", "CO")
 def second_resume(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     """A late second delivery, after the first finished: refused, or silently taken?"""
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     taken = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("second-resume")
+    for d in env.rep_dirs("second-resume"):
         ledger = d / "ledger"
         run_id = env.new_id("question")
         outcomes = []
         for answer in ("", "first", "second"):
-            with _pool() as pool:
-                outcomes.append(pool.apply(deliver_answer,
-                                           (lay, str(d), run_id, str(ledger), answer)))
+            outcomes.append(CHILDREN.call(deliver_answer,
+                                          (lay, str(d), run_id, str(ledger), answer)))
         taken += outcomes[2] != "conflict"
     n = env.reps
-    return [_cell(env, layer, "second-resume", "CO", taken == 0,
-                  {"late_deliveries_accepted": taken, "reps": n},
-                  f"a late second delivery was accepted without an error in {taken} of {n} "
-                  "reps")]
+    return [MATRIX.cell(layer, "second-resume", "CO", taken == 0,
+                        {"late_deliveries_accepted": taken, "reps": n},
+                        f"a late second delivery was accepted without an error in {taken} of {n} "
+                        "reps")]
 
 
+@MATRIX.scenario("invalid-state", "CV")
 def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     persisted = unloadable = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("invalid-state")
+    for d in env.rep_dirs("invalid-state"):
         ledger = d / "ledger"
         run_id = env.new_id("cv")
-        with _pool() as pool:
+        with CHILDREN.one() as pool:
             with contextlib.suppress(Exception):
                 pool.apply(run_order, (lay, str(d), run_id, str(ledger), "invalid"))
             history = pool.apply(load_history, (lay, str(d), run_id))
@@ -392,64 +367,50 @@ def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
         elif any("eleven" in s for s in history[2]):
             persisted += 1
     n = env.reps
-    return [_cell(env, layer, "invalid-state", "CV", persisted == 0,
-                  {"invalid_persisted": persisted, "history_unloadable": unloadable, "reps": n},
-                  f"invalid state stored in {persisted} of {n} reps; history unloadable in "
-                  f"{unloadable}")]
+    return [MATRIX.cell(layer, "invalid-state", "CV", persisted == 0,
+                        {"invalid_persisted": persisted, "history_unloadable": unloadable,
+                         "reps": n},
+                        f"invalid state stored in {persisted} of {n} reps; history unloadable in "
+                        f"{unloadable}")]
 
 
+@MATRIX.scenario("fork-twice", "FI/FD")
 def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, env.store_url)
+    lay = env.layer(factory)
     same = 0
-    for _ in range(env.reps):
-        d = env.fresh_dir("fork-twice")
+    for d in env.rep_dirs("fork-twice"):
         ledger = d / "ledger"
         source = env.new_id("source")
-        _crash(run_order, (lay, str(d), source, str(ledger), "c-created"), "c-created")
-        with _pool() as pool:
+        CHILDREN.crash(run_order, (lay, str(d), source, str(ledger), "c-created"), "c-created")
+        with CHILDREN.one() as pool:
             a = pool.apply(fork_and_finish, (lay, str(d), source, env.new_id("fork-a"),
                                              str(ledger)))
             b = pool.apply(fork_and_finish, (lay, str(d), source, env.new_id("fork-b"),
                                              str(ledger)))
         same += a == b
     n = env.reps
-    return [_cell(env, layer, "fork-twice", "FI/FD", same == n,
-                  {"forks_equal": same, "reps": n},
-                  f"two forks of one snapshot had the same ids and state in {same} of {n} reps")]
+    return [MATRIX.cell(layer, "fork-twice", "FI/FD", same == n,
+                        {"forks_equal": same, "reps": n},
+                        f"two forks of one snapshot had the same ids and state in {same} of "
+                        f"{n} reps")]
 
 
+@MATRIX.scenario("recover-twice", "RD")
 def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    same = 0
     lay: Layer = (factory, None)  # copies need a file store: SQLite for remit
-    for _ in range(env.reps):
-        d = env.fresh_dir("recover-twice")
-        ledger = d / "ledger"
-        run_id = env.new_id("rd")
-        _crash(run_order, (lay, str(d), run_id, str(ledger), "c-created"), "c-created")
-        copies = [d.with_name(d.name + f"-copy{i}") for i in (1, 2)]
-        for c in copies:
-            shutil.copytree(d, c)
-        got = []
-        for c in copies:
-            with _pool() as pool:
-                got.append(pool.apply(recover, (lay, str(c), run_id, str(ledger))))
-        same += got[0] == got[1] and got[0][0] == "ok"
-    n = env.reps
-    where = " (on SQLite copies)" if layer == "remit" else ""
-    return [_cell(env, layer, "recover-twice", "RD", same == n,
-                  {"recoveries_equal": same, "reps": n},
-                  f"two recoveries of one crash agreed on state and ids in {same} of {n} "
-                  f"reps{where}")]
+
+    def crash(d: Path) -> tuple[str, str]:
+        run_id, ledger = env.new_id("rd"), str(d / "ledger")
+        CHILDREN.crash(run_order, (lay, str(d), run_id, ledger, "c-created"), "c-created")
+        return run_id, ledger
+
+    def recover_copy(copy: Path, run: tuple[str, str]) -> Any:
+        return CHILDREN.call(recover, (lay, str(copy), *run))
+
+    return harness.recover_twice(MATRIX, env, layer, crash=crash, recover=recover_copy,
+                                 finished=lambda got: bool(got[0] == "ok"),
+                                 agreed="agreed on state and ids")
 
 
 def scenarios() -> list[Scenario]:
-    return [
-        Scenario("kill-after-effect", ("EO", "PC"), kill_after_effect),
-        Scenario("kill-between-steps", ("PC",), kill_between_steps),
-        Scenario("kill-during-write", ("PC", "LV"), kill_during_write),
-        Scenario("k-resumes", ("CO-k",), k_resumes),
-        Scenario("second-resume", ("CO",), second_resume),
-        Scenario("invalid-state", ("CV",), invalid_state),
-        Scenario("fork-twice", ("FI/FD",), fork_twice),
-        Scenario("recover-twice", ("RD",), recover_twice),
-    ]
+    return list(MATRIX.scenarios)
