@@ -6,8 +6,9 @@
   and only the names those modules list in ``__all__``: nothing private (no
   ``remit_core.x._name``, no private module), and no private member of the core's
   objects (``store._claim_conflict``).
-* No import cycle among an adapter's modules, counting every import statement wherever
-  it is (a function-local import that would close a cycle counts too).
+* No import cycle among an adapter's modules, nor among the core's, counting every
+  import statement wherever it is (a function-local import that would close a cycle
+  counts too).
 
 Read from the source trees (``ast``), so a rule broken in a module that is not imported
 by any test still fails here.
@@ -259,9 +260,9 @@ def _cycle_through(graph: dict[str, set[str]], component: list[str]) -> list[str
     return component
 
 
-def adapter_cycles() -> list[str]:
+def import_cycles(tops: list[Path]) -> list[str]:
     found = []
-    for top in adapter_dirs().values():
+    for top in tops:
         graph = _edges(top)
         for component in cycles(graph):
             path = " -> ".join(_cycle_through(graph, component))
@@ -297,7 +298,12 @@ def test_adapters_use_the_core_through_the_seam_only() -> None:
 
 
 def test_no_import_cycle_inside_an_adapter() -> None:
-    found = adapter_cycles()
+    found = import_cycles(list(adapter_dirs().values()))
+    assert not found, "\n".join(found)
+
+
+def test_no_import_cycle_inside_the_core() -> None:
+    found = import_cycles([CORE])
     assert not found, "\n".join(found)
 
 

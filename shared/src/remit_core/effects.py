@@ -39,10 +39,10 @@ from remit_core.adapter import (
     poll,
     register_scope_resolver,
 )
-from remit_core.adapter import _resolvers as _resolvers  # (registered resolvers, read here too)
+from remit_core.adapter import _resolvers as _resolvers  # (the same registry, as before)
 from remit_core.errors import ConsumeConflict, EffectInDoubt
 from remit_core.records import ReceiptStart
-from remit_core.store.base import new_owner
+from remit_core.store import new_owner
 
 log = logging.getLogger("remit")
 
