@@ -201,6 +201,35 @@ def test_chunks_follow_copy_prune_executions_and_delete(store: Store) -> None:
     assert store.usage("r")["chunks"] == 0
 
 
+def test_reads_are_one_backend_operation(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint with its values and writes is one read of the backend; so is a listing,
+    however many checkpoints it holds; chunked values take one more read per run."""
+    store.chunk_threshold = 300
+    for i in range(12):
+        big = {"big": ("1", bytes(range(256)) * 4)} if i == 0 else {}
+        put(store, "r", f"c{i}", f"c{i - 1}" if i else None,
+            new_values={"x": (str(i), i), **big}, versions={"big": "1"})
+        store.put_writes("r", f"c{i}", "t", [(0, "x", i), (1, "y", -i)])
+    calls: list[str] = []
+    real = store._call
+
+    def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(fn.__name__)
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(store, "_call", counting)
+    got = store.get_checkpoint("r", "c5")
+    assert got is not None and [w.value for w in got.writes] == [5, -5]
+    assert calls == ["_read_checkpoint", "_read_chunks"], calls
+    calls.clear()
+    listed = list(store.list_checkpoints("r"))
+    assert [c.checkpoint_id for c in listed] == [f"c{i}" for i in range(11, -1, -1)]
+    assert all([w.value for w in c.writes] == [i, -i] for c, i in zip(listed, range(11, -1, -1),
+                                                                      strict=True))
+    assert all(c.values["big"] == bytes(range(256)) * 4 for c in listed)
+    assert calls == ["_list_checkpoints", "_read_chunks"], calls
+
+
 def test_rewrite_keeps_seq(store: Store) -> None:
     a = put(store, "r", "c1")
     put(store, "r", "c2", "c1")

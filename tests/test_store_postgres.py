@@ -335,7 +335,14 @@ def test_latest_checkpoint_is_one_statement(pg_url: str,
         monkeypatch.undo()
         assert got is not None and got.values == {"n": 19, "big": b"x" * 5000}
         assert [w.value for w in got.writes] == [1]
-        assert len(seen) == 2, seen  # the checkpoint with its values, then its writes
+        assert len(seen) == 1, seen  # the checkpoint with its values and its writes
+        seen.clear()
+        monkeypatch.setattr(psycopg.Connection, "execute", counting)
+        listed = list(s.list_checkpoints("r"))  # every checkpoint: still one statement
+        monkeypatch.undo()
+        assert [c.checkpoint_id for c in listed] == [f"c{i}" for i in range(19, -1, -1)]
+        assert listed[0].writes == got.writes and all(c.writes == [] for c in listed[1:])
+        assert len(seen) == 1, seen
 
 
 # ------------------------------------------------------------------------------------- races

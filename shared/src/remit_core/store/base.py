@@ -34,7 +34,8 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, ParamSpec, TypeVar
+from typing import Any, ClassVar, ParamSpec, Self, TypeVar
+from urllib.parse import SplitResult, urlsplit
 
 from remit_core.errors import (
     ConsumeConflict,
@@ -64,6 +65,8 @@ from remit_core.records import (
 from remit_core.retry import retrying, waiting_for_holder
 from remit_core.serde import Serde, default_serde
 from remit_core.store import chunks as _chunks
+from remit_core.store.options import Parsed, parse_options
+from remit_core.urls import mask_url, password_hint, scrub, url_secrets
 
 log = logging.getLogger("remit")
 
@@ -83,6 +86,14 @@ DEFAULT_LEASE = 30.0
 CLOSE_WAIT = 30.0
 """Seconds :meth:`Store.close` waits for operations in flight to finish."""
 
+
+#: the counts of :meth:`Store.usage`, in the order the backends compute them
+USAGE_KEYS = ("checkpoints", "blobs", "blob_bytes", "writes", "receipts", "claims", "chunks",
+              "chunk_bytes")
+
+#: a checkpoint as a backend reads it: the row, the blob of each of its versions, and its
+#: pending writes in (task_id, idx) order
+Found = tuple[CheckpointRow, dict[str, bytes], list[WriteRow]]
 
 #: how often an open reads the layout again when another opener changed it meanwhile
 LAYOUT_ATTEMPTS = 10
@@ -132,6 +143,12 @@ class Store(ABC):
     #: the average chunk size FastCDC aims at
     chunk_size: int = 16 * 1024
 
+    #: the backend's name in the option table (:mod:`remit_core.store.options`)
+    backend: ClassVar[str]
+    #: keyword options of open_store that the table does not know go to the driver
+    #: (else they are unknown options)
+    keyword_passthrough: ClassVar[bool] = True
+
     #: the backend's migrations, append-only (never edit one, add one); the version of
     #: a store is their count
     migrations: ClassVar[Sequence[Any]]
@@ -162,6 +179,34 @@ class Store(ABC):
         self._closed = False
 
     # ================================================================================== lifecycle
+
+    @classmethod
+    def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
+             read_only: bool = False, **options: Any) -> Self:
+        """Open this backend's store at ``url`` (:func:`remit_core.open_store` picks the
+        backend): the URL is split and its options (with ``lease`` and ``options`` as
+        defaults) are checked by the one option table before the backend builds the store
+        from them (:meth:`_from_url`)."""
+        masked = mask_url(url)
+        try:
+            parts = urlsplit(url)
+            _ = parts.port  # raises ValueError on a port that is not a number
+        except ValueError as exc:
+            raise StoreConfigError(
+                f"malformed URL {masked!r}: {scrub(str(exc), url_secrets(url))}."
+                f"{password_hint(url)}", url=masked) from None
+        parsed = parse_options(cls.backend, parts.query, {"lease": lease, **options},
+                               scheme=parts.scheme.lower(), where=repr(masked), url=masked,
+                               keyword_passthrough=cls.keyword_passthrough)
+        store = cls._from_url(url, parts, parsed, serde=serde, read_only=read_only)
+        store.wait = parsed.values["wait"]
+        return store
+
+    @classmethod
+    @abstractmethod
+    def _from_url(cls, url: str, parts: SplitResult, parsed: Parsed, *, serde: Serde | None,
+                  read_only: bool) -> Self:
+        """The store named by ``url`` (split into ``parts``), with its checked options."""
 
     def close(self) -> None:
         """Release connections. The store must not be used afterwards.
@@ -401,15 +446,13 @@ class Store(ABC):
     ) -> Checkpoint | None:
         """The addressed checkpoint, or the run's latest (highest seq) when ``checkpoint_id`` is None.
 
-        The latest is one indexed lookup whatever the history length. Reading never
-        claims, consumes or blocks.
+        The latest is one indexed lookup whatever the history length. The checkpoint,
+        its values and (``with_writes``) its pending writes are one read of the backend,
+        from one snapshot; a value stored in chunks takes one more (of the chunks).
+        Reading never claims, consumes or blocks.
         """
-        found = self._call(self._read_checkpoint, run_id, ns, checkpoint_id)
-        if found is None:
-            return None
-        row, blobs = found
-        writes = self._call(self._read_writes, run_id, ns, row.checkpoint_id) if with_writes else []
-        return self._decode_checkpoint(row, blobs, writes)
+        found = self._call(self._read_checkpoint, run_id, ns, checkpoint_id, with_writes)
+        return None if found is None else next(self._decoded([found]))
 
     def list_checkpoints(
         self,
@@ -425,14 +468,14 @@ class Store(ABC):
 
         ``run_id`` None lists every run. ``before`` is a checkpoint id of ``run_id``:
         only checkpoints written before it are listed. ``limit`` caps the count.
+
+        The checkpoints, their values and (``with_writes``) their writes are one read of
+        the backend, however many are listed; chunked values take one more read per run
+        that has them. Each checkpoint is decoded when the iterator reaches it.
         """
-        rows = self._call(self._list_checkpoints, run_id, ns, before, limit, execution_ids)
-        for row, blobs in rows:
-            writes = (
-                self._call(self._read_writes, row.run_id, row.ns, row.checkpoint_id)
-                if with_writes else []
-            )
-            yield self._decode_checkpoint(row, blobs, writes)
+        found = self._call(self._list_checkpoints, run_id, ns, before, limit, execution_ids,
+                           with_writes)
+        yield from self._decoded(found)
 
     def put_writes(
         self,
@@ -740,14 +783,29 @@ class Store(ABC):
             return encoded
         return _chunks.split(encoded, size=self.chunk_size, into=chunks)
 
+    def _decoded(self, found: Sequence[Found]) -> Iterator[Checkpoint]:
+        """The checkpoints read, decoded one by one as they are asked for; the chunks of
+        their large values are read first, in one read per run that has any."""
+        wanted: dict[str, set[bytes]] = {}
+        chunked: list[bool] = []
+        for row, blobs, writes in found:
+            digests = _chunks.referenced([*blobs.values(), *(w.value for w in writes)])
+            chunked.append(bool(digests))
+            if digests:
+                wanted.setdefault(row.run_id, set()).update(digests)
+        chunks = {run: self._call(self._read_chunks, run, sorted(digests))
+                  for run, digests in wanted.items()}
+        for (row, blobs, writes), has_chunks in zip(found, chunked, strict=True):
+            yield self._decode_checkpoint(
+                row, blobs, writes, chunks[row.run_id] if has_chunks else None)
+
     def _unchunked(self, row: CheckpointRow, blobs: Mapping[str, bytes],
-                   writes: Sequence[WriteRow]) -> tuple[Mapping[str, bytes], Sequence[WriteRow]]:
-        """Blobs and writes with every manifest replaced by the value it stands for (one
-        more read, of the chunks, when there is any)."""
-        wanted = _chunks.referenced([*blobs.values(), *(w.value for w in writes)])
-        if not wanted:
+                   writes: Sequence[WriteRow], found: Mapping[bytes, bytes] | None
+                   ) -> tuple[Mapping[str, bytes], Sequence[WriteRow]]:
+        """Blobs and writes with every manifest replaced by the value it stands for, from
+        the chunks ``found`` (None: there is no manifest)."""
+        if found is None:
             return blobs, writes
-        found = self._call(self._read_chunks, row.run_id, sorted(wanted))
         where = f"checkpoint {row.checkpoint_id!r} of run {row.run_id!r}"
         blobs = {
             ch: _chunks.join(b, found, record=f"channel {ch!r} of {where}")
@@ -763,8 +821,9 @@ class Store(ABC):
         return blobs, writes
 
     def _decode_checkpoint(self, row: CheckpointRow, blobs: Mapping[str, bytes],
-                           writes: Sequence[WriteRow]) -> Checkpoint:
-        blobs, writes = self._unchunked(row, blobs, writes)
+                           writes: Sequence[WriteRow], chunks: Mapping[bytes, bytes] | None
+                           ) -> Checkpoint:
+        blobs, writes = self._unchunked(row, blobs, writes, chunks)
         where = f"checkpoint {row.checkpoint_id!r} of run {row.run_id!r}"
         values = {
             ch: self.serde.decode(b, record=f"channel {ch!r} at version "
@@ -820,21 +879,19 @@ class Store(ABC):
         """The run's chunks among ``digests`` (a missing one is left out)."""
 
     @abstractmethod
-    def _read_checkpoint(
-        self, run_id: str, ns: str, checkpoint_id: str | None
-    ) -> tuple[CheckpointRow, dict[str, bytes]] | None:
-        """The checkpoint (latest by seq when id is None) and the blob of each of its versions."""
-
-    @abstractmethod
-    def _read_writes(self, run_id: str, ns: str, checkpoint_id: str) -> list[WriteRow]:
-        """Pending writes of a checkpoint in (task_id, idx) order... of insertion: ordered by
-        task_id then idx."""
+    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None,
+                         with_writes: bool) -> Found | None:
+        """In one consistent read: the checkpoint (latest by seq when id is None), the blob
+        of each of its versions and (``with_writes``) its pending writes, ordered by task_id
+        then idx (byte order)."""
 
     @abstractmethod
     def _list_checkpoints(
         self, run_id: str | None, ns: str | None, before: str | None, limit: int | None,
-        execution_ids: Sequence[str] | None,
-    ) -> list[tuple[CheckpointRow, dict[str, bytes]]]: ...
+        execution_ids: Sequence[str] | None, with_writes: bool,
+    ) -> list[Found]:
+        """In one consistent read (a bounded number of queries, whatever the count): the
+        checkpoints of :meth:`list_checkpoints`, each as :meth:`_read_checkpoint` gives it."""
 
     @abstractmethod
     def _write_writes(self, rows: list[WriteRow], overwrite: bool,

@@ -266,6 +266,8 @@ class Parsed:
     driver_query: list[tuple[str, str]]
     #: keyword options for the driver (after the table's checks)
     driver_kwargs: dict[str, Any]
+    #: remit's options that the URL or a keyword gave (the others have their default)
+    given: frozenset[str] = frozenset()
 
 
 def parse_options(backend: str, query: str, overrides: Mapping[str, Any], *, scheme: str,
@@ -314,12 +316,13 @@ def parse_options(backend: str, query: str, overrides: Mapping[str, Any], *, sch
             driver_kwargs[k] = opt.parse(v, f"the keyword options for {where}", url=url)
         elif k not in values:
             values[k] = opt.parse(v, f"the keyword options for {where}", url=url)
+    given = frozenset(values)
     for opt in OPTIONS:
         if backend in opt.backends and not opt.driver:
             values.setdefault(opt.name, opt.default)
     if extra_check is not None:
         extra_check(values)
-    return Parsed(values, driver_query, driver_kwargs)
+    return Parsed(values, driver_query, driver_kwargs, given)
 
 
 def _unknown_message(backend: str, unknown: Sequence[str], drivers: Sequence[str],

@@ -24,7 +24,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, ParamSpec, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlencode, urlunsplit
 
 import psycopg
 import psycopg.errors
@@ -33,22 +33,14 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from remit_core.errors import (
-    StoreConfigError,
-    StoreUnavailable,
-)
-from remit_core.records import (
-    BlobRow,
-    CheckpointRow,
-    RunInfo,
-    WriteRow,
-)
+from remit_core.errors import StoreConfigError, StoreUnavailable
+from remit_core.records import BlobRow, CheckpointRow, WriteRow
 from remit_core.serde import Serde
-from remit_core.store import chunks as _chunks
+from remit_core.store import sql
 from remit_core.store.base import Layout
 from remit_core.store.decisions import Verdict
-from remit_core.store.options import known_options, option, parse_options
-from remit_core.store.sql import TABLES, Decide, Dialect, R, Records, SqlStore
+from remit_core.store.options import Parsed, known_options, option
+from remit_core.store.sql import TABLES
 from remit_core.urls import mask_url, password_hint, url_secrets
 from remit_core.urls import scrub as _scrub
 
@@ -174,8 +166,6 @@ NOW = "extract(epoch from clock_timestamp())::float8"
 # advisory locks does not overlap the bigint one used for the per-run locks below.
 MIGRATION_LOCK = 0x52454D54  # "REMT"
 
-_CK_COLS = ("c.run_id, c.ns, c.checkpoint_id, c.parent_id, c.kind, c.execution_id, c.data, "
-            "c.metadata, c.versions, c.created_at, c.seq")
 
 # libpq's key='quoted value' form (in conninfo strings that a driver message may echo)
 _KV_SECRET = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*')", re.I)
@@ -217,16 +207,34 @@ def _connection_lost(exc: BaseException) -> bool:
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
-def _ck(r: Sequence[Any]) -> tuple[CheckpointRow, dict[str, bytes]]:
-    row = CheckpointRow(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]),
-                        dict(r[8]), float(r[9]), int(r[10]))
-    channels, values = r[11] or [], r[12] or []
-    return row, {ch: bytes(v) for ch, v in zip(channels, values, strict=True)}
+def _found(r: Sequence[Any]) -> sql.Found:
+    """A row of ``_ck_select``: the checkpoint's columns, its blobs as two arrays and (with
+    writes) its writes as one array per column of sql.WRITE_COLUMNS."""
+    row = sql.checkpoint_row(r, dict)
+    blobs = {ch: bytes(v) for ch, v in zip(r[11] or (), r[12] or (), strict=True)}
+    if len(r) == 13 or r[13] is None:
+        return row, blobs, []
+    return row, blobs, [sql.write_row(row, w) for w in zip(*r[13:], strict=True)]
 
 
-class PostgresStore(SqlStore):
+class PostgresDialect(sql.Dialect):
+    style = "%({})s"
+    now = NOW  # the server's clock: hosts with skewed clocks agree on leases
+    collate = ' COLLATE "C"'
+    casts = True
+    json_each = "jsonb_each_text"
+
+    def any_of(self, column: str, name: str) -> str:
+        return f"{column} = ANY({self.p(name)}::text[])"
+
+    def texts(self, values: Sequence[str]) -> list[str]:
+        return list(values)
+
+
+class PostgresStore(sql.SqlStore):
     """A store in one schema of a PostgreSQL database, shared by many hosts."""
 
+    backend = "postgres"
     migrations = MIGRATIONS
 
     DEFAULT_CONNECT_TIMEOUT: ClassVar[int] = 5
@@ -246,58 +254,54 @@ class PostgresStore(SqlStore):
         self._pool_timeout = pool_timeout
         self._connect_timeout = float(str(
             conninfo_to_dict(conninfo).get("connect_timeout", self.DEFAULT_CONNECT_TIMEOUT)))
-        q = f'"{schema}"'  # the option table allows letters, digits, _: no quote can occur
-        self._meta = f"{q}.remit_meta"
-        self._runs = f"{q}.remit_runs"
-        self._ck = f"{q}.remit_checkpoints"
-        self._bl = f"{q}.remit_blobs"
-        self._wr = f"{q}.remit_writes"
-        self._rc = f"{q}.remit_receipts"
-        self._cl = f"{q}.remit_claims"
-        self._ch = f"{q}.remit_chunks"
-        self._records(Dialect(style="%({})s", now=NOW, collate=' COLLATE "C"', casts=True),
-                      self._rc, self._cl)
-        # Checkpoint rows joined with the blob of each channel at its version: one statement
-        # (jsonb_each_text over versions, as the SQLite backend does with json_each). Each
-        # blob is its own primary-key lookup: the LIMIT keeps the planner from flattening
-        # the lateral subquery into a hash join over a sequential scan of remit_blobs, whose
-        # cost grows with every run's history.
-        self._ck_select = (
-            f"SELECT {_CK_COLS}, b.channels, b.vals FROM {self._ck} AS c "
-            "CROSS JOIN LATERAL (SELECT array_agg(j.key) AS channels, array_agg(bl.value) AS vals "
-            "FROM jsonb_each_text(c.versions) AS j CROSS JOIN LATERAL (SELECT x.value "
-            f"FROM {self._bl} AS x WHERE x.run_id = c.run_id AND x.ns = c.ns "
-            "AND x.channel = j.key AND x.version = j.value LIMIT 1) AS bl) AS b"
-        )
+        # the option table allows letters, digits, _ in a schema name: no quote can occur
+        t = sql.Tables(f'"{schema}".')
+        self._sql(PostgresDialect(), t)
+        self._meta = t.meta
+        # Checkpoint rows joined with the blob of each channel at its version and (with
+        # writes) the pending writes: one statement (jsonb_each_text over versions, as the
+        # SQLite backend does with json_each). Each blob is its own primary-key lookup: the
+        # LIMIT keeps the planner from flattening the lateral subquery into a hash join over
+        # a sequential scan of remit_blobs, whose cost grows with every run's history.
+        blobs = (
+            f" FROM {t.ck} AS c CROSS JOIN LATERAL (SELECT array_agg(j.key) AS channels, "
+            "array_agg(bl.value) AS vals FROM jsonb_each_text(c.versions) AS j "
+            f"CROSS JOIN LATERAL (SELECT x.value FROM {t.bl} AS x WHERE x.run_id = c.run_id "
+            "AND x.ns = c.ns AND x.channel = j.key AND x.version = j.value LIMIT 1) AS bl) AS b")
+        writes = (  # one array per column, each in (task_id, idx) byte order
+            " CROSS JOIN LATERAL (SELECT " + ", ".join(
+                f'array_agg(w.{c} ORDER BY w.task_id COLLATE "C", w.idx) AS {c}s'
+                for c in sql.WRITE_COLUMNS)
+            + f" FROM {t.wr} AS w WHERE w.run_id = c.run_id AND w.ns = c.ns "
+            "AND w.checkpoint_id = c.checkpoint_id) AS ws")
+        head = f"SELECT {sql.CK_COLS}, b.channels, b.vals"
+        self._ck_select = {
+            False: head + blobs,
+            True: head + "".join(f", ws.{c}s" for c in sql.WRITE_COLUMNS) + blobs + writes,
+        }
         self._chunks_sql = (
-            f"INSERT INTO {self._ch} (run_id, digest, value) SELECT %(run)s::text, u.d, u.v "
+            f"INSERT INTO {t.ch} (run_id, digest, value) SELECT %(run)s::text, u.d, u.v "
             "FROM unnest(%(digests)s::bytea[], %(chunks)s::bytea[]) AS u(d, v) "
             "ON CONFLICT DO NOTHING")
         # One statement: the absent blobs, the run, the checkpoint (upsert keeps seq).
         self._put_ck_sql = (
             f"WITH now AS (SELECT {NOW} AS t), "
-            f"blobs AS (INSERT INTO {self._bl} (run_id, ns, channel, version, value) "
+            f"blobs AS (INSERT INTO {t.bl} (run_id, ns, channel, version, value) "
             "SELECT %(run)s::text, %(ns)s::text, u.channel, u.version, u.value "
             "FROM unnest(%(channels)s::text[], %(versions)s::text[], %(values)s::bytea[]) "
             "AS u(channel, version, value) ON CONFLICT DO NOTHING), "
-            f"run AS (INSERT INTO {self._runs} (run_id, created_at, updated_at) "
+            f"run AS (INSERT INTO {t.runs} (run_id, created_at, updated_at) "
             "SELECT %(run)s::text, t, t FROM now "
             "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at) "
-            f"INSERT INTO {self._ck} (run_id, ns, checkpoint_id, parent_id, kind, "
-            "execution_id, data, metadata, versions, created_at) "
+            f"INSERT INTO {t.ck} ({sql.CK_WRITTEN}) "
             "SELECT %(run)s::text, %(ns)s::text, %(cid)s::text, %(parent)s::text, "
             "%(kind)s::text, %(execution)s::text, %(data)s::bytea, %(metadata)s::bytea, "
-            "%(vmap)s::jsonb, t FROM now "
-            "ON CONFLICT (run_id, ns, checkpoint_id) DO UPDATE SET "
-            "parent_id = excluded.parent_id, kind = excluded.kind, "
-            "execution_id = excluded.execution_id, data = excluded.data, "
-            "metadata = excluded.metadata, versions = excluded.versions "
-            "RETURNING seq")
+            f"%(vmap)s::jsonb, t FROM now {sql.CK_UPSERT}")
         # pending writes, as rows of parallel arrays; by overwrite: replace or keep a key
         self._writes_sql = {
             overwrite: (
-                f"INSERT INTO {self._wr} (run_id, ns, checkpoint_id, task_id, idx, channel, "
-                "value, task_path) SELECT * FROM unnest(%(runs)s::text[], %(nss)s::text[], "
+                f"INSERT INTO {t.wr} (run_id, ns, checkpoint_id, {sql.WRITE_COLS}) "
+                "SELECT * FROM unnest(%(runs)s::text[], %(nss)s::text[], "
                 "%(cids)s::text[], %(tasks)s::text[], %(idxs)s::int[], %(channels)s::text[], "
                 "%(values)s::bytea[], %(paths)s::text[]) "
                 f"ON CONFLICT (run_id, ns, checkpoint_id, task_id, idx) {action}")
@@ -325,37 +329,22 @@ class PostgresStore(SqlStore):
     # --------------------------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
-             read_only: bool = False, **options: Any) -> PostgresStore:
-        masked = mask(url)
-        secrets = url_secrets(url)
+    def _from_url(cls, url: str, parts: SplitResult, parsed: Parsed, *, serde: Serde | None,
+                  read_only: bool) -> PostgresStore:
+        masked, secrets, password = mask(url), url_secrets(url), parts.password
 
         def bad(msg: str) -> StoreConfigError:
             return StoreConfigError(f"{msg} (in {masked!r}){password_hint(url)}", url=masked)
 
-        try:
-            parts = urlsplit(url)
-            password = parts.password
-            _ = parts.port  # raises ValueError on a non-numeric port
-        except ValueError as exc:
-            raise bad(f"malformed PostgreSQL URL: {scrub(str(exc), secrets)}") from None
         scheme = parts.scheme.lower().split("+", 1)[0]
         if scheme not in ("postgresql", "postgres"):
             raise bad(f"not a PostgreSQL URL (scheme {parts.scheme!r}); use postgresql://")
-
-        def pool_sizes(values: dict[str, Any]) -> None:
-            if values["pool_min"] > values["pool_max"]:
-                raise bad(f"options pool_min={values['pool_min']} and "
-                          f"pool_max={values['pool_max']}: pool_min must be at most pool_max")
-
-        given_max = (any(k == "pool_max" for k, _ in parse_qsl(parts.query))
-                     or options.get("pool_max") is not None)
-        parsed = parse_options("postgres", parts.query, {"lease": lease, **options},
-                               scheme="postgresql", where=repr(masked), url=masked)
         opts = parsed.values
-        if not given_max:
+        if "pool_max" not in parsed.given:
             opts["pool_max"] = max(opts["pool_max"], opts["pool_min"])
-        pool_sizes(opts)
+        if opts["pool_min"] > opts["pool_max"]:
+            raise bad(f"options pool_min={opts['pool_min']} and "
+                      f"pool_max={opts['pool_max']}: pool_min must be at most pool_max")
         base = urlunsplit(("postgresql", parts.netloc, parts.path,
                            urlencode(parsed.driver_query), ""))
         params = {str(k): v for k, v in parsed.driver_kwargs.items() if v is not None}
@@ -373,12 +362,10 @@ class PostgresStore(SqlStore):
         timeout = str(conninfo_to_dict(conninfo)["connect_timeout"])
         option("postgres", "connect_timeout").parse(  # type: ignore[union-attr]
             timeout, repr(masked), url=masked)
-        store = cls(url, conninfo, opts["schema"], serde=serde, lease=opts["lease"],
-                    pool_min=opts["pool_min"], pool_max=opts["pool_max"],
-                    pool_timeout=opts["pool_timeout"], read_only=read_only,
-                    secrets=[password, str(given.get("password") or ""), *secrets])
-        store.wait = opts["wait"]
-        return store
+        return cls(url, conninfo, opts["schema"], serde=serde, lease=opts["lease"],
+                   pool_min=opts["pool_min"], pool_max=opts["pool_max"],
+                   pool_timeout=opts["pool_timeout"], read_only=read_only,
+                   secrets=[password, str(given.get("password") or ""), *secrets])
 
     def _unavailable(self, exc: BaseException, doing: str, when: str = "") -> StoreUnavailable:
         return StoreUnavailable(
@@ -464,7 +451,7 @@ class PostgresStore(SqlStore):
                     conn.execute("ROLLBACK")
             raise
 
-    def _lock_runs(self, conn: Conn, *run_ids: str) -> None:
+    def _lock_runs(self, conn: sql.Conn, *run_ids: str) -> None:
         """Serialise the checkpoint writes and garbage collection of these runs.
 
         A transaction-level advisory lock on a hash of (schema, run_id), taken in sorted
@@ -580,10 +567,13 @@ class PostgresStore(SqlStore):
 
     # ----------------------------------------------------------------------------- checkpoints
 
+    def _transaction(self) -> contextlib.AbstractContextManager[Conn]:
+        return self._tx()
+
     def _read_chunks(self, run_id: str, digests: list[bytes]) -> dict[bytes, bytes]:
         with self._conn() as conn:
             return {bytes(d): bytes(v) for d, v in conn.execute(
-                f"SELECT digest, value FROM {self._ch} WHERE run_id = %s "
+                f"SELECT digest, value FROM {self._t.ch} WHERE run_id = %s "
                 "AND digest = ANY(%s::bytea[])", (run_id, digests), binary=True).fetchall()}
 
     def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
@@ -616,11 +606,7 @@ class PostgresStore(SqlStore):
             return int(seq[0]), None
         with self._tx() as conn:  # the check's answer decides whether anything is written
             self._lock_runs(conn, row.run_id)
-            other = conn.execute(
-                f"SELECT checkpoint_id FROM {self._ck} WHERE run_id = %s AND ns = %s "
-                "AND parent_id = %s AND kind = %s AND checkpoint_id <> %s LIMIT 1",
-                (row.run_id, row.ns, row.parent_id, row.kind, row.checkpoint_id),
-            ).fetchone()
+            other = conn.execute(self._sibling_sql, params).fetchone()
             if other is not None:
                 return 0, str(other[0])
             for statement in writes:
@@ -629,61 +615,14 @@ class PostgresStore(SqlStore):
             assert seq is not None
             return int(seq[0]), None
 
-    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None
-                         ) -> tuple[CheckpointRow, dict[str, bytes]] | None:
-        # One statement: the latest is one descent of (run_id, ns, seq DESC); the blobs come
-        # with it through the lateral join.
-        with self._conn() as conn:
-            if checkpoint_id is None:
-                r = conn.execute(
-                    f"{self._ck_select} WHERE c.run_id = %s AND c.ns = %s "
-                    "ORDER BY c.seq DESC LIMIT 1", (run_id, ns), binary=True).fetchone()
-            else:
-                r = conn.execute(
-                    f"{self._ck_select} WHERE c.run_id = %s AND c.ns = %s "
-                    "AND c.checkpoint_id = %s", (run_id, ns, checkpoint_id),
-                    binary=True).fetchone()
-        return None if r is None else _ck(r)
-
-    def _read_writes(self, run_id: str, ns: str, checkpoint_id: str) -> list[WriteRow]:
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT task_id, idx, channel, value, task_path FROM {self._wr} "
-                "WHERE run_id = %s AND ns = %s AND checkpoint_id = %s "
-                'ORDER BY task_id COLLATE "C", idx',
-                (run_id, ns, checkpoint_id), binary=True).fetchall()
-        return [WriteRow(run_id, ns, checkpoint_id, t, i, ch, bytes(v), p)
-                for t, i, ch, v, p in rows]
-
-    def _list_checkpoints(self, run_id: str | None, ns: str | None, before: str | None,
-                          limit: int | None, execution_ids: Sequence[str] | None
-                          ) -> list[tuple[CheckpointRow, dict[str, bytes]]]:
-        where: list[str] = []
-        args: list[Any] = []
-        if run_id is not None:
-            where.append("c.run_id = %s")
-            args.append(run_id)
-        if ns is not None:
-            where.append("c.ns = %s")
-            args.append(ns)
-        if execution_ids is not None:
-            where.append("c.execution_id = ANY(%s::text[])")
-            args.append(list(execution_ids))
-        if before is not None:
-            # no such checkpoint -> seq < NULL -> nothing, as in the SQLite backend
-            sub = f"SELECT min(seq) FROM {self._ck} WHERE checkpoint_id = %s"
-            args.append(before)
-            if run_id is not None:
-                sub += " AND run_id = %s"
-                args.append(run_id)
-            where.append(f"c.seq < ({sub})")
-        sql = self._ck_select
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY c.seq DESC LIMIT %s"
-        args.append(None if limit is None else int(limit))
-        with self._conn() as conn:
-            return [_ck(r) for r in conn.execute(sql, args, binary=True).fetchall()]
+    def _checkpoints(self, where: Sequence[str], args: Mapping[str, Any], limit: int | None,
+                     with_writes: bool) -> list[sql.Found]:
+        query = (self._ck_select[with_writes]
+                 + (" WHERE " + " AND ".join(where) if where else "")
+                 + " ORDER BY c.seq DESC LIMIT %(limit)s")
+        with self._conn() as conn:  # one statement: one snapshot
+            rows = conn.execute(query, {**args, "limit": limit}, binary=True).fetchall()
+        return [_found(r) for r in rows]
 
     def _write_writes(self, rows: list[WriteRow], overwrite: bool,
                       chunks: Mapping[bytes, bytes]) -> None:
@@ -711,119 +650,6 @@ class PostgresStore(SqlStore):
             else:
                 self._one_trip(conn, [_LOCK_RUN, self._chunks_sql, insert], params)
 
-    def _list_runs(self, limit: int | None) -> list[RunInfo]:
-        with self._conn() as conn:
-            rows = conn.execute(
-                "SELECT r.run_id, r.created_at, r.updated_at, "
-                f"(SELECT count(*) FROM {self._ck} c WHERE c.run_id = r.run_id), "
-                f"l.checkpoint_id, l.kind FROM {self._runs} r LEFT JOIN LATERAL "
-                f"(SELECT checkpoint_id, kind FROM {self._ck} c2 WHERE c2.run_id = r.run_id "
-                "ORDER BY c2.seq DESC LIMIT 1) l ON true "
-                'ORDER BY r.updated_at DESC, r.run_id COLLATE "C" LIMIT %s',
-                (None if limit is None else int(limit),)).fetchall()
-        return [RunInfo(r[0], r[1], r[2], int(r[3]), r[4], r[5]) for r in rows]
-
-    def _delete_run(self, run_id: str) -> None:
-        with self._tx() as conn:
-            self._lock_runs(conn, run_id)
-            for table in (self._ck, self._bl, self._wr, self._ch, self._rc, self._cl,
-                          self._runs):
-                conn.execute(f"DELETE FROM {table} WHERE run_id = %s", (run_id,))
-
-    def _copy_run(self, source: str, target: str) -> None:
-        with self._tx() as conn:
-            self._lock_runs(conn, source, target)
-            if conn.execute(f"SELECT 1 FROM {self._runs} WHERE run_id = %s",
-                            (source,)).fetchone() is None:
-                return
-            conn.execute(
-                f"INSERT INTO {self._runs} (run_id, created_at, updated_at) "
-                f"SELECT %s::text, t, t FROM (SELECT {NOW} AS t) AS n "
-                "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at", (target,))
-            conn.execute(
-                f"INSERT INTO {self._ck} (run_id, ns, checkpoint_id, parent_id, kind, "
-                "execution_id, data, metadata, versions, created_at) "
-                "SELECT %s::text, ns, checkpoint_id, parent_id, kind, execution_id, data, "
-                f"metadata, versions, created_at FROM {self._ck} WHERE run_id = %s ORDER BY seq "
-                "ON CONFLICT (run_id, ns, checkpoint_id) DO NOTHING", (target, source))
-            conn.execute(
-                f"INSERT INTO {self._bl} (run_id, ns, channel, version, value) "
-                f"SELECT %s::text, ns, channel, version, value FROM {self._bl} "
-                "WHERE run_id = %s ON CONFLICT DO NOTHING", (target, source))
-            conn.execute(
-                f"INSERT INTO {self._wr} (run_id, ns, checkpoint_id, task_id, idx, channel, "
-                "value, task_path) SELECT %s::text, ns, checkpoint_id, task_id, idx, channel, "
-                f"value, task_path FROM {self._wr} WHERE run_id = %s ON CONFLICT DO NOTHING",
-                (target, source))
-            conn.execute(
-                f"INSERT INTO {self._ch} (run_id, digest, value) SELECT %s::text, digest, value "
-                f"FROM {self._ch} WHERE run_id = %s ON CONFLICT DO NOTHING", (target, source))
-
-    def _drop_orphans(self, conn: Conn, run_id: str) -> None:
-        conn.execute(
-            f"DELETE FROM {self._wr} AS w WHERE w.run_id = %s AND NOT EXISTS (SELECT 1 FROM "
-            f"{self._ck} c WHERE c.run_id = w.run_id AND c.ns = w.ns "
-            "AND c.checkpoint_id = w.checkpoint_id)", (run_id,))
-        conn.execute(
-            f"DELETE FROM {self._bl} AS b WHERE b.run_id = %s AND NOT EXISTS (SELECT 1 FROM "
-            f"{self._ck} c CROSS JOIN LATERAL jsonb_each_text(c.versions) j "
-            "WHERE c.run_id = b.run_id AND c.ns = b.ns AND j.key = b.channel "
-            "AND j.value = b.version)", (run_id,))
-        stored = [bytes(d) for (d,) in conn.execute(
-            f"SELECT digest FROM {self._ch} WHERE run_id = %s", (run_id,), binary=True)]
-        if stored:
-            keep = _chunks.referenced(bytes(v) for (v,) in conn.execute(
-                f"SELECT value FROM {self._bl} WHERE run_id = %(run)s "
-                "AND substring(value from 1 for 2) = %(magic)s "
-                f"UNION ALL SELECT value FROM {self._wr} WHERE run_id = %(run)s "
-                "AND substring(value from 1 for 2) = %(magic)s",
-                {"run": run_id, "magic": _chunks.MAGIC}, binary=True))
-            gone = [d for d in stored if d not in keep]
-            if gone:
-                conn.execute(f"DELETE FROM {self._ch} WHERE run_id = %s "
-                             "AND digest = ANY(%s::bytea[])", (run_id, gone))
-
-    def _prune_run(self, run_id: str, keep_latest: int) -> None:
-        with self._tx() as conn:
-            self._lock_runs(conn, run_id)
-            conn.execute(
-                f"DELETE FROM {self._ck} WHERE run_id = %s AND seq NOT IN (SELECT seq FROM "
-                "(SELECT seq, row_number() OVER (PARTITION BY ns ORDER BY seq DESC) AS rn "
-                f"FROM {self._ck} WHERE run_id = %s) AS ranked WHERE rn <= %s)",
-                (run_id, run_id, keep_latest))
-            self._drop_orphans(conn, run_id)
-
-    def _delete_executions(self, execution_ids: list[str]) -> None:
-        with self._tx() as conn:
-            runs = [r[0] for r in conn.execute(
-                f"SELECT DISTINCT run_id FROM {self._ck} WHERE execution_id = ANY(%s::text[])",
-                (execution_ids,))]
-            self._lock_runs(conn, *runs)
-            gone = {r[0] for r in conn.execute(
-                f"DELETE FROM {self._ck} WHERE execution_id = ANY(%s::text[]) RETURNING run_id",
-                (execution_ids,))}
-            for run_id in sorted(gone):
-                self._drop_orphans(conn, run_id)
-
-    def _usage(self, run_id: str | None) -> dict[str, int]:
-        where = "" if run_id is None else " WHERE run_id = %(run)s"
-        # One statement, so that the counts come from one snapshot.
-        with self._conn() as conn:
-            r = conn.execute(
-                f"SELECT (SELECT count(*) FROM {self._ck}{where}), "
-                f"(SELECT count(*) FROM {self._bl}{where}), "
-                f"(SELECT coalesce(sum(octet_length(value)), 0) FROM {self._bl}{where}), "
-                f"(SELECT count(*) FROM {self._wr}{where}), "
-                f"(SELECT count(*) FROM {self._rc}{where}), "
-                f"(SELECT count(*) FROM {self._cl}{where}), "
-                f"(SELECT count(*) FROM {self._ch}{where}), "
-                f"(SELECT coalesce(sum(octet_length(value)), 0) FROM {self._ch}{where})",
-                {"run": run_id}).fetchone()
-        assert r is not None
-        keys = ("checkpoints", "blobs", "blob_bytes", "writes", "receipts", "claims", "chunks",
-                "chunk_bytes")
-        return {k: int(v or 0) for k, v in zip(keys, r, strict=True)}
-
     # ------------------------------------------------------------------------ receipts, claims
 
     def _writing(self) -> contextlib.AbstractContextManager[Conn]:
@@ -832,7 +658,8 @@ class PostgresStore(SqlStore):
     def _reading(self) -> contextlib.AbstractContextManager[Conn]:
         return self._conn()
 
-    def _decide(self, records: Records[R], key: str, decide: Decide[R]) -> Verdict[Any, Any]:
+    def _decide(self, records: sql.Records[sql.R], key: str, decide: sql.Decide[sql.R]
+                ) -> Verdict[Any, Any]:
         # A verdict on a new key that inserts (``run``, ``won``) is one atomic INSERT, and
         # one that writes nothing (a replay: done, busy, held, consumed, ...) is taken on
         # the committed row without a row lock, in autocommit: one round trip for a first
@@ -872,7 +699,8 @@ class PostgresStore(SqlStore):
             return verdict
 
     @staticmethod
-    def _insert_stamped(conn: Conn, records: Records[R], fresh: Verdict[Any, Any]) -> R | None:
+    def _insert_stamped(conn: Conn, records: sql.Records[sql.R], fresh: Verdict[Any, Any]
+                        ) -> sql.R | None:
         """Insert the row of ``fresh`` (decided at now 0) stamped with the server clock,
         unless the key exists: the row written, or None."""
         r = conn.execute(records.insert_stamped, records.params(fresh.row)).fetchone()

@@ -84,7 +84,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar, cast
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlencode, urlunsplit
 
 import redis
 import redis.exceptions
@@ -98,11 +98,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from remit_core.errors import (
-    DurabilityError,
-    StoreConfigError,
-    StoreUnavailable,
-)
+from remit_core.errors import DurabilityError, StoreConfigError, StoreUnavailable
 from remit_core.records import (
     BlobRow,
     CheckpointRow,
@@ -115,8 +111,8 @@ from remit_core.records import (
 )
 from remit_core.retry import retrying
 from remit_core.serde import Serde
-from remit_core.store.base import Layout, LayoutChanged, Store
-from remit_core.store.options import parse_options
+from remit_core.store.base import USAGE_KEYS, Found, Layout, LayoutChanged, Store
+from remit_core.store.options import Parsed
 from remit_core.urls import mask_url, password_hint, scrub, url_secrets
 
 log = logging.getLogger("remit")
@@ -168,8 +164,9 @@ local function hmap(flat)
   return m
 end
 
--- one checkpoint and the blob of each of its versions: {HGETALL, {ch, value, ...}} or nil
-local function entry(ck)
+-- one checkpoint, the blob of each of its versions and (with_writes) its packed pending
+-- writes: {HGETALL, {ch, value, ...}, {packed, ...}} or nil
+local function entry(ck, with_writes)
   local h = redis.call('HGETALL', ck)
   if #h == 0 then return nil end
   local f = hmap(h)
@@ -181,7 +178,9 @@ local function entry(ck)
       blobs[#blobs + 1] = v
     end
   end
-  return {h, blobs}
+  local writes = {}
+  if with_writes then writes = redis.call('HVALS', K('w', f.run_id, f.ns, f.checkpoint_id)) end
+  return {h, blobs, writes}
 end
 
 -- blob members (e(ns):e(ch):e(ver)) referenced by the run's checkpoints outside `doomed`;
@@ -370,7 +369,7 @@ end
 return {tonumber(seq)}
 """
 
-# KEYS: 1 nck. ARGV: 1 P, 2 run, 3 ns, 4 has_id, 5 id
+# KEYS: 1 nck. ARGV: 1 P, 2 run, 3 ns, 4 has_id, 5 id, 6 with_writes
 _READ_CHECKPOINT = """
 local id = ARGV[5]
 if ARGV[4] ~= '1' then
@@ -378,12 +377,13 @@ if ARGV[4] ~= '1' then
   if #top == 0 then return false end
   id = top[1]
 end
-return entry(K('ck', ARGV[2], ARGV[3], id)) or false
+return entry(K('ck', ARGV[2], ARGV[3], id), ARGV[6] == '1') or false
 """
 
 # KEYS: 1 cks, 2 runs. ARGV: 1 P, 2 has_run, 3 run, 4 has_ns, 5 ns, 6 has_before, 7 before,
-#       8 limit ('' for none), 9 has_execution_ids, 10.. execution ids
+#       8 limit ('' for none), 9 with_writes, 10 has_execution_ids, 11.. execution ids
 _LIST_CHECKPOINTS = """
+local with_writes = ARGV[9] == '1'
 local run = ARGV[2] == '1' and ARGV[3]
 local ns = ARGV[4] == '1' and ARGV[5]
 local limit = tonumber(ARGV[8])
@@ -402,9 +402,9 @@ if ARGV[6] == '1' then
   if not bseq then return {} end
 end
 local out = {}
-if ARGV[9] == '1' then
+if ARGV[10] == '1' then
   local seen, rows = {}, {}
-  for i = 10, #ARGV do
+  for i = 11, #ARGV do
     for _, m in ipairs(redis.call('SMEMBERS', K('ex', ARGV[i]))) do
       if not seen[m] then
         seen[m] = true
@@ -421,7 +421,7 @@ if ARGV[9] == '1' then
   table.sort(rows, function(a, b) return a[1] > b[1] end)
   for _, row in ipairs(rows) do
     if limit and #out >= limit then break end
-    local e = entry(row[2])
+    local e = entry(row[2], with_writes)
     if e then out[#out + 1] = e end
   end
   return out
@@ -444,7 +444,7 @@ while true do
   for i = 1, #batch, 2 do
     local ck = base .. (escape_member and esc(batch[i]) or batch[i])
     if run or not ns or redis.call('HGET', ck, 'ns') == ns then
-      local e = entry(ck)
+      local e = entry(ck, with_writes)
       if e then
         out[#out + 1] = e
         if limit and #out >= limit then return out end
@@ -869,9 +869,17 @@ def _cl_row(h: Mapping[str, bytes]) -> ClaimRow:
     )
 
 
-def _entry(raw: Sequence[Any]) -> tuple[CheckpointRow, dict[str, bytes]]:
-    h, blobs = raw
-    return _ck_row(_hash(h)), _hash(blobs)
+def _entry(raw: Sequence[Any]) -> Found:
+    h, blobs, packed = raw
+    row = _ck_row(_hash(h))
+    writes = []
+    for p in packed:
+        head, _, value = p.partition(b"\n")
+        task_id, idx, channel, task_path = json.loads(head)
+        writes.append(WriteRow(row.run_id, row.ns, row.checkpoint_id, task_id, int(idx),
+                               channel, value, task_path))
+    writes.sort(key=lambda w: (w.task_id, w.idx))
+    return row, _hash(blobs), writes
 
 
 class _Keys:
@@ -939,6 +947,7 @@ def _loading(exc: BaseException) -> bool:
 class RedisStore(Store):
     """A store in plain Redis (>= 7), every contract operation one Lua script."""
 
+    backend = "redis"
     migrations = MIGRATIONS
     layout_noun = "key layout"
     layout_advice = "Use another prefix (?prefix=NAME) or another database"
@@ -992,28 +1001,15 @@ class RedisStore(Store):
             raise
 
     @classmethod
-    def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
-             read_only: bool = False, **options: Any) -> RedisStore:
-        masked = mask_url(url)
-        secrets = url_secrets(url)
-        try:
-            parts = urlsplit(url)
-            _ = parts.port  # raises ValueError on a port that is not a number
-        except ValueError as exc:
-            raise StoreConfigError(
-                f"malformed URL {masked!r}: {scrub(str(exc), secrets)}.{password_hint(url)}",
-                url=masked) from None
-        parsed = parse_options("redis", parts.query, {"lease": lease, **options},
-                               scheme=parts.scheme.lower(), where=repr(masked), url=masked)
+    def _from_url(cls, url: str, parts: SplitResult, parsed: Parsed, *, serde: Serde | None,
+                  read_only: bool) -> RedisStore:
         opts = parsed.values
         driver_url = urlunsplit((parts.scheme, parts.netloc, parts.path,
                                  urlencode(parsed.driver_query), parts.fragment))
-        store = cls(url, driver_url, prefix=opts["prefix"],
-                    durability=opts["durability"] == "required", serde=serde,
-                    lease=opts["lease"], options=parsed.driver_kwargs, read_only=read_only,
-                    secrets=secrets)
-        store.wait = opts["wait"]
-        return store
+        return cls(url, driver_url, prefix=opts["prefix"],
+                   durability=opts["durability"] == "required", serde=serde,
+                   lease=opts["lease"], options=parsed.driver_kwargs, read_only=read_only,
+                   secrets=url_secrets(url))
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -1171,30 +1167,20 @@ class RedisStore(Store):
             return 0, _str(res[1])
         return int(res[0]), None
 
-    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None
-                         ) -> tuple[CheckpointRow, dict[str, bytes]] | None:
+    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None,
+                         with_writes: bool) -> Found | None:
         res = self._s_read_ck(keys=[self._k.nck(run_id, ns)],
                               args=[self.prefix, run_id, ns, _flag(checkpoint_id),
-                                    checkpoint_id or ""])
+                                    checkpoint_id or "", "1" if with_writes else "0"])
         return None if res is None else _entry(res)
 
-    def _read_writes(self, run_id: str, ns: str, checkpoint_id: str) -> list[WriteRow]:
-        raw = cast(dict[bytes, bytes], self._redis.hgetall(self._k.w(run_id, ns, checkpoint_id)))
-        rows = []
-        for packed in raw.values():
-            head, _, value = packed.partition(b"\n")
-            task_id, idx, channel, task_path = json.loads(head)
-            rows.append(WriteRow(run_id, ns, checkpoint_id, task_id, int(idx), channel, value,
-                                 task_path))
-        rows.sort(key=lambda w: (w.task_id, w.idx))
-        return rows
-
     def _list_checkpoints(self, run_id: str | None, ns: str | None, before: str | None,
-                          limit: int | None, execution_ids: Sequence[str] | None
-                          ) -> list[tuple[CheckpointRow, dict[str, bytes]]]:
+                          limit: int | None, execution_ids: Sequence[str] | None,
+                          with_writes: bool) -> list[Found]:
         args: list[Any] = [self.prefix, _flag(run_id), run_id or "", _flag(ns), ns or "",
                            _flag(before), before or "", "" if limit is None else int(limit),
-                           _flag(execution_ids), *(execution_ids or ())]
+                           "1" if with_writes else "0", _flag(execution_ids),
+                           *(execution_ids or ())]
         res = self._s_list_ck(keys=[self._k.cks, self._k.runs], args=args)
         return [_entry(e) for e in res]
 
@@ -1244,9 +1230,7 @@ class RedisStore(Store):
 
     def _usage(self, run_id: str | None) -> dict[str, int]:
         res = self._s_usage(keys=[self._k.known], args=[self.prefix, _flag(run_id), run_id or ""])
-        names = ("checkpoints", "blobs", "blob_bytes", "writes", "receipts", "claims", "chunks",
-                 "chunk_bytes")
-        return {n: int(v) for n, v in zip(names, res, strict=True)}
+        return {n: int(v) for n, v in zip(USAGE_KEYS, res, strict=True)}
 
     # ------------------------------------------------------------------------------ receipts
 

@@ -12,45 +12,52 @@ decisions of :mod:`remit_core.store.decisions`:
 * a fenced change (complete, renew, release) is one conditional statement rendered
   from its :class:`~remit_core.store.decisions.Change` by :meth:`Records.change`.
 
-The backends differ in a :class:`Dialect`: how a parameter is written, what ``now``
-is (SQLite: this host's clock, bound as a parameter; PostgreSQL: the server's clock, so
-that hosts with skewed clocks agree on leases) and how keys sort.
+It also implements, once, the checkpoint operations whose SQL both databases speak:
+the reads of checkpoints (filters, then the backend's :meth:`SqlStore._checkpoints`,
+one consistent read with the blobs and writes), and copy, prune, delete, usage and the
+run listing. Each backend keeps what only it can do well: writing checkpoints and
+writes (PostgreSQL in one round trip), and reading rows with their blobs.
+
+The backends differ in a :class:`Dialect` (a subclass in each backend file): how a
+parameter is written, what ``now`` is (SQLite: this host's clock, bound as a
+parameter; PostgreSQL: the server's clock, so that hosts with skewed clocks agree on
+leases), how keys sort, how a JSON object's entries and a list parameter are read.
 """
 
 from __future__ import annotations
 
-import json
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from functools import cache
 from typing import Any, Generic, Protocol, TypeVar
 
-from remit_core.records import (
-    CheckpointRow,
-    ClaimOutcome,
-    ClaimRow,
-    ReceiptOutcome,
-    ReceiptRow,
-    WriteRow,
-)
+from remit_core import records
+from remit_core.records import CheckpointRow, ClaimRow, ReceiptRow, RunInfo, WriteRow
+from remit_core.store import chunks as _chunks
 from remit_core.store import decisions
-from remit_core.store.base import Store
+from remit_core.store.base import USAGE_KEYS, Found, Store
 from remit_core.store.decisions import Change, From, Verdict
 
 #: every table of a store; their names are remit's, in whatever database or schema
 TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
           "remit_receipts", "remit_claims", "remit_chunks")
 
-#: the data tables of a run (what delete_run deletes; remit_runs last)
-RUN_TABLES = ("remit_checkpoints", "remit_blobs", "remit_writes", "remit_chunks",
-              "remit_receipts", "remit_claims", "remit_runs")
-
 #: the columns of a checkpoint row as CheckpointRow takes them
 CHECKPOINT_COLUMNS = ("run_id", "ns", "checkpoint_id", "parent_id", "kind", "execution_id",
                       "data", "metadata", "versions", "created_at", "seq")
+#: those columns of the checkpoints table read as ``c``
+CK_COLS = ", ".join(f"c.{c}" for c in CHECKPOINT_COLUMNS)
+#: the columns a checkpoint write gives (seq is the store's)
+CK_WRITTEN = ", ".join(CHECKPOINT_COLUMNS[:-1])
+#: after the values of a checkpoint insert: a rewrite keeps the row's seq and created_at
+CK_UPSERT = ("ON CONFLICT (run_id, ns, checkpoint_id) DO UPDATE SET "
+             "parent_id = excluded.parent_id, kind = excluded.kind, "
+             "execution_id = excluded.execution_id, data = excluded.data, "
+             "metadata = excluded.metadata, versions = excluded.versions RETURNING seq")
 #: the columns of a pending write after its checkpoint's key, as WriteRow takes them
 WRITE_COLUMNS = ("task_id", "idx", "channel", "value", "task_path")
+WRITE_COLS = ", ".join(WRITE_COLUMNS)
 
 #: the record tables: (column, PostgreSQL type); a float8 column is a time
 RECEIPT_COLUMNS = (("key", "text"), ("run_id", "text"), ("step", "text"), ("name", "text"),
@@ -60,9 +67,6 @@ RECEIPT_COLUMNS = (("key", "text"), ("run_id", "text"), ("step", "text"), ("name
 CLAIM_COLUMNS = (("key", "text"), ("run_id", "text"), ("status", "text"), ("owner", "text"),
                  ("fence", "int8"), ("lease_until", "float8"), ("digest", "text"),
                  ("value", "bytea"), ("claimed_at", "float8"), ("consumed_at", "float8"))
-
-USAGE_KEYS = ("checkpoints", "blobs", "blob_bytes", "writes", "receipts", "claims", "chunks",
-              "chunk_bytes")
 
 
 def _bytes(v: Any) -> bytes | None:
@@ -77,11 +81,10 @@ def checkpoint_row(r: Sequence[Any], versions: Callable[[Any], dict[str, str]]
                          versions(r[8]), float(r[9]), int(r[10]))
 
 
-def write_rows(run_id: str, ns: str, checkpoint_id: str, rows: Iterator[Sequence[Any]]
-               ) -> list[WriteRow]:
-    """Pending writes from the columns of :data:`WRITE_COLUMNS`."""
-    return [WriteRow(run_id, ns, checkpoint_id, t, int(i), ch, bytes(v), p)
-            for t, i, ch, v, p in rows]
+def write_row(ck: CheckpointRow, r: Sequence[Any]) -> WriteRow:
+    """A pending write of ``ck`` from the columns of :data:`WRITE_COLUMNS`."""
+    return WriteRow(ck.run_id, ck.ns, ck.checkpoint_id, r[0], int(r[1]), r[2], bytes(r[3]),
+                    r[4])
 
 
 def receipt_row(r: Sequence[Any]) -> ReceiptRow:
@@ -93,25 +96,48 @@ def claim_row(r: Sequence[Any]) -> ClaimRow:
     return ClaimRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], _bytes(r[7]), r[8], r[9])
 
 
-def versions_json(versions: Mapping[str, str]) -> str:
-    return json.dumps(versions)
-
-
 class Dialect:
-    """How the shared statements are written for one backend."""
+    """How the shared statements are written for one backend (a subclass in each backend
+    file sets these)."""
 
-    def __init__(self, *, style: str, now: str, collate: str = "", casts: bool = False):
-        #: a named parameter: ``style.format(name)``
-        self.style = style
-        #: the SQL of the backend clock (epoch seconds)
-        self.now = now
-        #: after ``key`` in ORDER BY: byte order whatever the database's collation
-        self.collate = collate
-        self.casts = casts
+    #: a named parameter: ``style.format(name)``
+    style: str
+    #: the SQL of the backend clock (epoch seconds)
+    now: str
+    #: after a key in ORDER BY: byte order whatever the database's collation
+    collate: str = ""
+    #: parameters carry their type (``%(name)s::text``)
+    casts: bool = False
+    #: the table function of a JSON object's (key, value) text pairs
+    json_each: str = "json_each"
 
     def p(self, name: str, type_: str | None = None) -> str:
         mark = self.style.format(name)
         return f"{mark}::{type_}" if self.casts and type_ else mark
+
+    def any_of(self, column: str, name: str) -> str:
+        """``column`` is one of the texts of list parameter ``name`` (:meth:`texts`)."""
+        raise NotImplementedError
+
+    def texts(self, values: Sequence[str]) -> Any:
+        """A list of texts as the parameter of :meth:`any_of`."""
+        raise NotImplementedError
+
+    def limit(self, n: int | None) -> Any:
+        """``LIMIT``'s parameter, None for no limit."""
+        return n
+
+
+class Tables:
+    """The names of a store's tables, qualified by its schema (PostgreSQL)."""
+
+    def __init__(self, qualifier: str = "") -> None:
+        q = qualifier
+        self.meta, self.runs, self.ck = f"{q}remit_meta", f"{q}remit_runs", f"{q}remit_checkpoints"
+        self.bl, self.wr, self.ch = f"{q}remit_blobs", f"{q}remit_writes", f"{q}remit_chunks"
+        self.rc, self.cl = f"{q}remit_receipts", f"{q}remit_claims"
+        #: everything of a run, in the order delete_run deletes it (the run last)
+        self.of_run = (self.ck, self.bl, self.wr, self.ch, self.rc, self.cl, self.runs)
 
 
 R = TypeVar("R", ReceiptRow, ClaimRow)
@@ -187,6 +213,8 @@ class Conn(Protocol):
 
     def execute(self, sql: str, params: Any, /) -> Any: ...
 
+    def cursor(self) -> Any: ...
+
 
 Decide = Callable[[R | None, float], Verdict[Any, Any]]
 
@@ -194,14 +222,39 @@ Decide = Callable[[R | None, float], Verdict[Any, Any]]
 class SqlStore(Store):
     """The receipt and claim operations of the SQL backends (see the module docstring)."""
 
+    _d: Dialect
+    _t: Tables
     _receipts: Records[ReceiptRow]
     _claims: Records[ClaimRow]
 
-    def _records(self, d: Dialect, receipts: str, claims: str) -> None:
-        self._receipts = Records(receipts, RECEIPT_COLUMNS, receipt_row, "started_at", d)
-        self._claims = Records(claims, CLAIM_COLUMNS, claim_row, "claimed_at", d)
+    def _sql(self, d: Dialect, tables: Tables) -> None:
+        """Set the dialect and tables (in the backend's __init__, before any operation)."""
+        self._d, self._t = d, tables
+        self._receipts = Records(tables.rc, RECEIPT_COLUMNS, receipt_row, "started_at", d)
+        self._claims = Records(tables.cl, CLAIM_COLUMNS, claim_row, "claimed_at", d)
+        p, ck = d.p, tables.ck
+        #: CO (exclusive_child): another checkpoint of the same kind with this parent
+        self._sibling_sql = (
+            f"SELECT checkpoint_id FROM {ck} WHERE run_id = {p('run')} AND ns = {p('ns')} "
+            f"AND parent_id = {p('parent')} AND kind = {p('kind')} "
+            f"AND checkpoint_id <> {p('cid')} LIMIT 1")
 
     # ------------------------------------------------------------------------------- hooks
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[Conn]:
+        """One write transaction."""
+
+    def _lock_runs(self, conn: Conn, *run_ids: str) -> None:
+        """In a transaction: serialise it with the checkpoint writes of these runs (a
+        backend whose write transactions are serial anyway does nothing)."""
+
+    @abstractmethod
+    def _checkpoints(self, where: Sequence[str], args: Mapping[str, Any], limit: int | None,
+                     with_writes: bool) -> list[Found]:
+        """In one consistent read: the checkpoints (alias ``c``) matching every condition
+        of ``where``, newest first (seq descending), at most ``limit``, each with its blobs
+        and (``with_writes``) its pending writes."""
 
     @abstractmethod
     def _writing(self) -> AbstractContextManager[Conn]:
@@ -250,12 +303,155 @@ class SqlStore(Store):
                     else conn.execute(records.list_run, {"run": run_id})).fetchall()
         return [records.row(r) for r in rows]
 
+    # ------------------------------------------------------------------------- checkpoints
+
+    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None,
+                         with_writes: bool) -> Found | None:
+        p = self._d.p
+        where = [f"c.run_id = {p('run')}", f"c.ns = {p('ns')}"]
+        if checkpoint_id is not None:
+            where.append(f"c.checkpoint_id = {p('cid')}")
+        found = self._checkpoints(where, {"run": run_id, "ns": ns, "cid": checkpoint_id}, 1,
+                                  with_writes)
+        return found[0] if found else None
+
+    def _list_checkpoints(self, run_id: str | None, ns: str | None, before: str | None,
+                          limit: int | None, execution_ids: Sequence[str] | None,
+                          with_writes: bool) -> list[Found]:
+        d, p = self._d, self._d.p
+        where: list[str] = []
+        args: dict[str, Any] = {"run": run_id, "ns": ns, "before": before}
+        if run_id is not None:
+            where.append(f"c.run_id = {p('run')}")
+        if ns is not None:
+            where.append(f"c.ns = {p('ns')}")
+        if execution_ids is not None:
+            where.append(d.any_of("c.execution_id", "executions"))
+            args["executions"] = d.texts(execution_ids)
+        if before is not None:
+            # the lowest seq of a checkpoint with that id (of the run); none: nothing listed
+            sub = f"SELECT min(seq) FROM {self._t.ck} WHERE checkpoint_id = {p('before')}"
+            if run_id is not None:
+                sub += f" AND run_id = {p('run')}"
+            where.append(f"c.seq < ({sub})")
+        return self._checkpoints(where, args, limit, with_writes)
+
+    def _list_runs(self, limit: int | None) -> list[RunInfo]:
+        t, d = self._t, self._d
+        latest = f"FROM {t.ck} c WHERE c.run_id = r.run_id ORDER BY c.seq DESC LIMIT 1"
+        with self._reading() as conn:
+            rows = conn.execute(
+                "SELECT r.run_id, r.created_at, r.updated_at, "
+                f"(SELECT count(*) FROM {t.ck} c WHERE c.run_id = r.run_id), "
+                f"(SELECT c.checkpoint_id {latest}), (SELECT c.kind {latest}) FROM {t.runs} r "
+                f"ORDER BY r.updated_at DESC, r.run_id{d.collate} LIMIT {d.p('limit')}",
+                {"limit": d.limit(None if limit is None else int(limit))}).fetchall()
+        return [RunInfo(r[0], r[1], r[2], int(r[3]), r[4], r[5]) for r in rows]
+
+    def _usage(self, run_id: str | None) -> dict[str, int]:
+        t = self._t
+        where = "" if run_id is None else f" WHERE run_id = {self._d.p('run')}"
+        counted = (f"count(*) FROM {t.ck}", f"count(*) FROM {t.bl}",
+                   f"coalesce(sum(length(value)), 0) FROM {t.bl}", f"count(*) FROM {t.wr}",
+                   f"count(*) FROM {t.rc}", f"count(*) FROM {t.cl}", f"count(*) FROM {t.ch}",
+                   f"coalesce(sum(length(value)), 0) FROM {t.ch}")
+        # one statement, so that the counts come from one snapshot
+        with self._reading() as conn:
+            r = conn.execute("SELECT " + ", ".join(f"(SELECT {c}{where})" for c in counted),
+                             {"run": run_id}).fetchone()
+        return {k: int(v or 0) for k, v in zip(USAGE_KEYS, r, strict=True)}
+
+    def _delete_run(self, run_id: str) -> None:
+        with self._transaction() as conn:
+            self._lock_runs(conn, run_id)
+            for table in self._t.of_run:
+                conn.execute(f"DELETE FROM {table} WHERE run_id = {self._d.p('run')}",
+                             {"run": run_id})
+
+    def _copy_run(self, source: str, target: str) -> None:
+        t, p = self._t, self._d.p
+        src, tgt = p("source"), p("target", "text")
+        args = {"source": source, "target": target, **self._clock()}
+        with self._transaction() as conn:
+            self._lock_runs(conn, source, target)
+            if conn.execute(f"SELECT 1 FROM {t.runs} WHERE run_id = {src}", args
+                            ).fetchone() is None:
+                return
+            # (WHERE true: SQLite reads the ON CONFLICT of an INSERT ... SELECT only after one)
+            conn.execute(
+                f"INSERT INTO {t.runs} (run_id, created_at, updated_at) SELECT {tgt}, n.t, n.t "
+                f"FROM (SELECT {self._d.now} AS t) AS n WHERE true "
+                "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at", args)
+            conn.execute(  # in seq order, each with a new seq; an existing one is kept
+                f"INSERT INTO {t.ck} ({CK_WRITTEN}) SELECT {tgt}, "
+                f"{CK_WRITTEN.removeprefix('run_id, ')} FROM {t.ck} WHERE run_id = {src} "
+                "ORDER BY seq ON CONFLICT (run_id, ns, checkpoint_id) DO NOTHING", args)
+            for table, cols in ((t.bl, "ns, channel, version, value"),
+                                (t.wr, f"ns, checkpoint_id, {WRITE_COLS}"),
+                                (t.ch, "digest, value")):
+                conn.execute(f"INSERT INTO {table} (run_id, {cols}) SELECT {tgt}, {cols} "
+                             f"FROM {table} WHERE run_id = {src} ON CONFLICT DO NOTHING", args)
+
+    def _prune_run(self, run_id: str, keep_latest: int) -> None:
+        p, ck = self._d.p, self._t.ck
+        with self._transaction() as conn:
+            self._lock_runs(conn, run_id)
+            conn.execute(
+                f"DELETE FROM {ck} WHERE run_id = {p('run')} AND seq NOT IN (SELECT seq FROM "
+                "(SELECT seq, row_number() OVER (PARTITION BY ns ORDER BY seq DESC) AS rn "
+                f"FROM {ck} WHERE run_id = {p('run')}) AS ranked WHERE rn <= {p('keep')})",
+                {"run": run_id, "keep": keep_latest})
+            self._drop_orphans(conn, run_id)
+
+    def _delete_executions(self, execution_ids: list[str]) -> None:
+        d, ck = self._d, self._t.ck
+        args = {"executions": d.texts(execution_ids)}
+        match = d.any_of("execution_id", "executions")
+        with self._transaction() as conn:
+            self._lock_runs(conn, *(r[0] for r in conn.execute(
+                f"SELECT DISTINCT run_id FROM {ck} WHERE {match}", args).fetchall()))
+            gone = {r[0] for r in conn.execute(
+                f"DELETE FROM {ck} WHERE {match} RETURNING run_id", args).fetchall()}
+            for run_id in sorted(gone):
+                self._drop_orphans(conn, run_id)
+
+    def _drop_orphans(self, conn: Conn, run_id: str) -> None:
+        """Delete the run's writes whose checkpoint is gone, its blobs that no checkpoint
+        names, and its chunks that no remaining blob or write names."""
+        t, p = self._t, self._d.p
+        run = {"run": run_id}
+        conn.execute(
+            f"DELETE FROM {t.wr} AS w WHERE w.run_id = {p('run')} AND NOT EXISTS (SELECT 1 "
+            f"FROM {t.ck} c WHERE c.run_id = w.run_id AND c.ns = w.ns "
+            "AND c.checkpoint_id = w.checkpoint_id)", run)
+        conn.execute(
+            f"DELETE FROM {t.bl} AS b WHERE b.run_id = {p('run')} AND NOT EXISTS (SELECT 1 "
+            f"FROM {t.ck} c CROSS JOIN {self._d.json_each}(c.versions) AS j "
+            "WHERE c.run_id = b.run_id AND c.ns = b.ns AND j.key = b.channel "
+            "AND j.value = b.version)", run)
+        stored = [bytes(d) for (d,) in conn.execute(
+            f"SELECT digest FROM {t.ch} WHERE run_id = {p('run')}", run).fetchall()]
+        if not stored:
+            return
+        manifests = {"run": run_id, "magic": _chunks.MAGIC}
+        keep = _chunks.referenced(bytes(v) for (v,) in conn.execute(
+            f"SELECT value FROM {t.bl} WHERE run_id = {p('run')} "
+            f"AND substr(value, 1, 2) = {p('magic')} UNION ALL SELECT value FROM {t.wr} "
+            f"WHERE run_id = {p('run')} AND substr(value, 1, 2) = {p('magic')}",
+            manifests).fetchall())
+        gone = [{"run": run_id, "digest": d} for d in stored if d not in keep]
+        if gone:
+            conn.cursor().executemany(
+                f"DELETE FROM {t.ch} WHERE run_id = {p('run')} AND digest = {p('digest')}",
+                gone)
+
     # ---------------------------------------------------------------------------- receipts
 
     def _start_receipt(self, key: str, run_id: str, step: str, name: str, ordinal: int,
                        owner: str, lease: float, may_take_over: bool
-                       ) -> tuple[ReceiptOutcome, ReceiptRow]:
-        def decide(cur: ReceiptRow | None, now: float) -> Verdict[ReceiptOutcome, ReceiptRow]:
+                       ) -> tuple[records.ReceiptOutcome, ReceiptRow]:
+        def decide(cur: ReceiptRow | None, now: float
+                   ) -> Verdict[records.ReceiptOutcome, ReceiptRow]:
             return decisions.start_receipt(
                 cur, key=key, run_id=run_id, step=step, name=name, ordinal=ordinal,
                 owner=owner, lease=lease, may_take_over=may_take_over, now=now)
@@ -291,8 +487,8 @@ class SqlStore(Store):
     # ------------------------------------------------------------------------------ claims
 
     def _claim(self, key: str, run_id: str, owner: str, lease: float, digest: str | None,
-               value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
-        def decide(cur: ClaimRow | None, now: float) -> Verdict[ClaimOutcome, ClaimRow]:
+               value: bytes | None) -> tuple[records.ClaimOutcome, ClaimRow]:
+        def decide(cur: ClaimRow | None, now: float) -> Verdict[records.ClaimOutcome, ClaimRow]:
             return decisions.claim(cur, key=key, run_id=run_id, owner=owner, lease=lease,
                                    digest=digest, value=value, now=now)
 
@@ -324,4 +520,5 @@ class SqlStore(Store):
 
 
 __all__ = ["CHECKPOINT_COLUMNS", "CLAIM_COLUMNS", "RECEIPT_COLUMNS", "TABLES", "Dialect",
-           "Records", "SqlStore", "checkpoint_row", "claim_row", "receipt_row", "write_rows"]
+           "Found", "Records", "SqlStore", "Tables", "checkpoint_row", "claim_row",
+           "receipt_row", "write_row"]

@@ -17,25 +17,16 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote
 
-from remit_core.errors import (
-    StoreConfigError,
-    StoreNotFound,
-    StoreUnavailable,
-)
-from remit_core.records import (
-    BlobRow,
-    CheckpointRow,
-    RunInfo,
-    WriteRow,
-)
+from remit_core.errors import StoreConfigError, StoreNotFound, StoreUnavailable
+from remit_core.records import BlobRow, CheckpointRow, WriteRow
 from remit_core.serde import Serde
-from remit_core.store import chunks as _chunks
+from remit_core.store import sql
 from remit_core.store.base import Layout
 from remit_core.store.decisions import Verdict
-from remit_core.store.options import parse_options
-from remit_core.store.sql import TABLES, Decide, Dialect, R, Records, SqlStore
+from remit_core.store.options import Parsed
+from remit_core.store.sql import TABLES
 from remit_core.urls import mask_url
 
 # Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
@@ -125,31 +116,42 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
-_MANIFEST_ROWS = (
-    "SELECT value FROM remit_blobs WHERE run_id = ?1 AND substr(value, 1, 2) = ?2 "
-    "UNION ALL SELECT value FROM remit_writes WHERE run_id = ?1 AND substr(value, 1, 2) = ?2"
-)
 _BATCH = 500  # digests per IN (...) list
 
-_CK_COLS = ("run_id, ns, checkpoint_id, parent_id, kind, execution_id, data, metadata, versions, "
-            "created_at, seq")
-# CROSS JOIN makes SQLite's planner keep json_each as the outer loop, so each blob is one
-# primary-key lookup. With a plain JOIN it may scan the run's blobs instead (the whole
-# history) and read the latest checkpoint in time linear in the history's length.
-_BLOBS_OF = """
-    SELECT j.key, b.value FROM json_each(?) AS j CROSS JOIN remit_blobs AS b
-    ON b.run_id = ? AND b.ns = ? AND b.channel = j.key AND b.version = j.value
-"""
+# The blobs and the writes of the checkpoints listed in :seqs (a JSON array). CROSS JOIN
+# makes SQLite's planner keep this order: each listed seq, its checkpoint by rowid, its
+# versions, then each blob or write by primary key. With plain JOINs it may scan the run's
+# blobs instead (the whole history) and read a checkpoint in time linear in its length.
+_OF_SEQS = ("FROM json_each(:seqs) AS s CROSS JOIN remit_checkpoints AS c ON c.seq = s.value")
+_BLOBS_OF = (
+    f"SELECT c.seq, j.key, b.value {_OF_SEQS} CROSS JOIN json_each(c.versions) AS j "
+    "CROSS JOIN remit_blobs AS b ON b.run_id = c.run_id AND b.ns = c.ns "
+    "AND b.channel = j.key AND b.version = j.value")
+_WRITES_OF = (
+    f"SELECT c.seq, {', '.join(f'w.{c}' for c in sql.WRITE_COLUMNS)} {_OF_SEQS} "
+    "CROSS JOIN remit_writes AS w ON w.run_id = c.run_id AND w.ns = c.ns "
+    "AND w.checkpoint_id = c.checkpoint_id ORDER BY s.key, w.task_id, w.idx")
 
 
-def _ck(r: Sequence[Any]) -> CheckpointRow:
-    return CheckpointRow(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]),
-                         json.loads(r[8]), r[9], r[10])
+class SqliteDialect(sql.Dialect):
+    style = ":{}"
+    now = ":now"  # this host's clock, bound by the caller (SqliteStore._clock)
+
+    def any_of(self, column: str, name: str) -> str:
+        return f"{column} IN (SELECT value FROM json_each({self.p(name)}))"
+
+    def texts(self, values: Sequence[str]) -> str:
+        return json.dumps(list(values))
+
+    def limit(self, n: int | None) -> int:
+        return -1 if n is None else n
 
 
-class SqliteStore(SqlStore):
+class SqliteStore(sql.SqlStore):
     """A store in one SQLite file (or in memory)."""
 
+    backend = "sqlite"
+    keyword_passthrough = False
     migrations = MIGRATIONS
     layout_advice = "Use another database file"
 
@@ -170,19 +172,15 @@ class SqliteStore(SqlStore):
         self._wlock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self._wpid = os.getpid()
-        self._records(Dialect(style=":{}", now=":now"), "remit_receipts", "remit_claims")
+        self._sql(SqliteDialect(), sql.Tables())
         if not read_only:
             self._create_file()
         self._open_file()
 
     @classmethod
-    def open(cls, url: str, *, serde: Serde | None = None, lease: float | None = None,
-             read_only: bool = False, **options: Any) -> SqliteStore:
-        masked = mask_url(url)
-        parts = urlsplit(url)
-        opts = parse_options("sqlite", parts.query, {"lease": lease, **options},
-                             scheme="sqlite", where=repr(masked), url=masked,
-                             keyword_passthrough=False).values
+    def _from_url(cls, url: str, parts: SplitResult, parsed: Parsed, *, serde: Serde | None,
+                  read_only: bool) -> SqliteStore:
+        masked, opts = mask_url(url), parsed.values
         if parts.netloc not in ("", "localhost"):
             raise StoreConfigError(
                 f"{masked!r} names host {parts.netloc!r}; a SQLite URL has three slashes "
@@ -207,11 +205,9 @@ class SqliteStore(SqlStore):
                     url=masked,
                 )
             path_or_none = str(p)
-        store = cls(url, path_or_none, serde=serde, lease=opts["lease"],
-                    synchronous=opts["synchronous"], timeout=opts["timeout"], mode=opts["mode"],
-                    read_only=read_only)
-        store.wait = opts["wait"]
-        return store
+        return cls(url, path_or_none, serde=serde, lease=opts["lease"],
+                   synchronous=opts["synchronous"], timeout=opts["timeout"], mode=opts["mode"],
+                   read_only=read_only)
 
     # ----------------------------------------------------------------------------- connections
 
@@ -436,6 +432,9 @@ class SqliteStore(SqlStore):
 
     # ------------------------------------------------------------------------------ checkpoints
 
+    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._tx()
+
     @staticmethod
     def _insert_chunks(conn: sqlite3.Connection, run_id: str,
                        chunks: Mapping[bytes, bytes]) -> None:
@@ -456,14 +455,13 @@ class SqliteStore(SqlStore):
     def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
                           exclusive_child: bool, chunks: Mapping[bytes, bytes]
                           ) -> tuple[int, str | None]:
-        now = self._now()
+        args = {"run": row.run_id, "ns": row.ns, "cid": row.checkpoint_id,
+                "parent": row.parent_id, "kind": row.kind, "execution": row.execution_id,
+                "data": row.data, "metadata": row.metadata,
+                "versions": json.dumps(row.versions), "now": self._now()}
         with self._tx() as conn:
             if exclusive_child and row.parent_id is not None:
-                other = conn.execute(
-                    "SELECT checkpoint_id FROM remit_checkpoints WHERE run_id = ? AND ns = ? "
-                    "AND parent_id = ? AND kind = ? AND checkpoint_id != ? LIMIT 1",
-                    (row.run_id, row.ns, row.parent_id, row.kind, row.checkpoint_id),
-                ).fetchone()
+                other = conn.execute(self._sibling_sql, args).fetchone()
                 if other is not None:
                     return 0, str(other[0])
             self._insert_chunks(conn, row.run_id, chunks)
@@ -471,90 +469,36 @@ class SqliteStore(SqlStore):
                 "INSERT OR IGNORE INTO remit_blobs VALUES (?, ?, ?, ?, ?)",
                 [(b.run_id, b.ns, b.channel, b.version, b.value) for b in blobs],
             )
-            conn.execute(
-                "INSERT INTO remit_runs VALUES (?, ?, ?) "
-                "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
-                (row.run_id, now, now),
-            )
+            conn.execute("INSERT INTO remit_runs VALUES (:run, :now, :now) "
+                         "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
+                         args)
             seq = conn.execute(
-                "INSERT INTO remit_checkpoints (run_id, ns, checkpoint_id, parent_id, kind, "
-                "execution_id, data, metadata, versions, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (run_id, ns, checkpoint_id) DO UPDATE SET "
-                "parent_id = excluded.parent_id, kind = excluded.kind, "
-                "execution_id = excluded.execution_id, data = excluded.data, "
-                "metadata = excluded.metadata, versions = excluded.versions "
-                "RETURNING seq",
-                (row.run_id, row.ns, row.checkpoint_id, row.parent_id, row.kind,
-                 row.execution_id, row.data, row.metadata, json.dumps(row.versions), now),
-            ).fetchone()[0]
+                f"INSERT INTO remit_checkpoints ({sql.CK_WRITTEN}) VALUES (:run, :ns, :cid, "
+                ":parent, :kind, :execution, :data, :metadata, :versions, :now) "
+                f"{sql.CK_UPSERT}",
+                args).fetchone()[0]
             return int(seq), None
 
-    def _blobs(self, conn: sqlite3.Connection, row: CheckpointRow) -> dict[str, bytes]:
-        return {ch: bytes(v) for ch, v in conn.execute(
-            _BLOBS_OF, (json.dumps(row.versions), row.run_id, row.ns))}
-
-    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None
-                         ) -> tuple[CheckpointRow, dict[str, bytes]] | None:
-        with self._tx(write=False) as conn:
-            if checkpoint_id is None:
-                r = conn.execute(
-                    f"SELECT {_CK_COLS} FROM remit_checkpoints WHERE run_id = ? AND ns = ? "
-                    "ORDER BY seq DESC LIMIT 1", (run_id, ns)).fetchone()
-            else:
-                r = conn.execute(
-                    f"SELECT {_CK_COLS} FROM remit_checkpoints WHERE run_id = ? AND ns = ? "
-                    "AND checkpoint_id = ?", (run_id, ns, checkpoint_id)).fetchone()
-            if r is None:
-                return None
-            row = _ck(r)
-            return row, self._blobs(conn, row)
-
-    def _read_writes(self, run_id: str, ns: str, checkpoint_id: str) -> list[WriteRow]:
-        with self._tx(write=False) as conn:
-            return [
-                WriteRow(run_id, ns, checkpoint_id, t, i, ch, bytes(v), p)
-                for t, i, ch, v, p in conn.execute(
-                    "SELECT task_id, idx, channel, value, task_path FROM remit_writes "
-                    "WHERE run_id = ? AND ns = ? AND checkpoint_id = ? ORDER BY task_id, idx",
-                    (run_id, ns, checkpoint_id))
-            ]
-
-    def _list_checkpoints(self, run_id: str | None, ns: str | None, before: str | None,
-                          limit: int | None, execution_ids: Sequence[str] | None
-                          ) -> list[tuple[CheckpointRow, dict[str, bytes]]]:
-        where: list[str] = []
-        args: list[Any] = []
-        if run_id is not None:
-            where.append("run_id = ?")
-            args.append(run_id)
-        if ns is not None:
-            where.append("ns = ?")
-            args.append(ns)
-        if execution_ids is not None:
-            where.append(f"execution_id IN ({', '.join('?' * len(execution_ids))})")
-            args.extend(execution_ids)
-        with self._tx(write=False) as conn:
-            if before is not None:
-                q = "SELECT MIN(seq) FROM remit_checkpoints WHERE checkpoint_id = ?"
-                qa: list[Any] = [before]
-                if run_id is not None:
-                    q += " AND run_id = ?"
-                    qa.append(run_id)
-                b = conn.execute(q, qa).fetchone()[0]
-                if b is None:
-                    return []
-                where.append("seq < ?")
-                args.append(b)
-            sql = f"SELECT {_CK_COLS} FROM remit_checkpoints"
-            if where:
-                sql += " WHERE " + " AND ".join(where)
-            sql += " ORDER BY seq DESC"
-            if limit is not None:
-                sql += " LIMIT ?"
-                args.append(int(limit))
-            rows = [_ck(r) for r in conn.execute(sql, args)]
-            return [(row, self._blobs(conn, row)) for row in rows]
+    def _checkpoints(self, where: Sequence[str], args: Mapping[str, Any], limit: int | None,
+                     with_writes: bool) -> list[sql.Found]:
+        query = (f"SELECT {sql.CK_COLS} FROM remit_checkpoints AS c"
+               + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY c.seq DESC LIMIT :limit")
+        with self._tx(write=False) as conn:  # one transaction: one snapshot
+            rows = [sql.checkpoint_row(r, json.loads)
+                    for r in conn.execute(query, {**args, "limit": -1 if limit is None else limit})]
+            if not rows:
+                return []
+            seqs = {"seqs": json.dumps([r.seq for r in rows])}
+            blobs: dict[int, dict[str, bytes]] = {r.seq: {} for r in rows}
+            for seq, channel, value in conn.execute(_BLOBS_OF, seqs):
+                blobs[seq][channel] = bytes(value)
+            writes: dict[int, list[WriteRow]] = {r.seq: [] for r in rows}
+            if with_writes:
+                by_seq = {r.seq: r for r in rows}
+                for w in conn.execute(_WRITES_OF, seqs):
+                    writes[w[0]].append(sql.write_row(by_seq[w[0]], w[1:]))
+        return [(r, blobs[r.seq], writes[r.seq]) for r in rows]
 
     def _write_writes(self, rows: list[WriteRow], overwrite: bool,
                       chunks: Mapping[bytes, bytes]) -> None:
@@ -567,101 +511,6 @@ class SqliteStore(SqlStore):
                   w.task_path) for w in rows],
             )
 
-    def _list_runs(self, limit: int | None) -> list[RunInfo]:
-        sql = (
-            "SELECT r.run_id, r.created_at, r.updated_at, "
-            "(SELECT COUNT(*) FROM remit_checkpoints c WHERE c.run_id = r.run_id), "
-            "l.checkpoint_id, l.kind FROM remit_runs r LEFT JOIN remit_checkpoints l ON l.seq = "
-            "(SELECT MAX(seq) FROM remit_checkpoints c2 WHERE c2.run_id = r.run_id) "
-            "ORDER BY r.updated_at DESC, r.run_id"
-        )
-        args: list[Any] = []
-        if limit is not None:
-            sql += " LIMIT ?"
-            args.append(int(limit))
-        with self._tx(write=False) as conn:
-            return [RunInfo(*r) for r in conn.execute(sql, args)]
-
-    def _delete_run(self, run_id: str) -> None:
-        with self._tx() as conn:
-            for table in ("remit_checkpoints", "remit_blobs", "remit_writes", "remit_chunks",
-                          "remit_receipts", "remit_claims", "remit_runs"):
-                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-
-    def _copy_run(self, source: str, target: str) -> None:
-        now = self._now()
-        with self._tx() as conn:
-            if conn.execute("SELECT 1 FROM remit_runs WHERE run_id = ?", (source,)).fetchone() is None:
-                return
-            conn.execute("INSERT INTO remit_runs VALUES (?, ?, ?) ON CONFLICT (run_id) DO UPDATE "
-                         "SET updated_at = excluded.updated_at", (target, now, now))
-            conn.execute(
-                "INSERT OR IGNORE INTO remit_checkpoints (run_id, ns, checkpoint_id, parent_id, "
-                "kind, execution_id, data, metadata, versions, created_at) "
-                "SELECT ?, ns, checkpoint_id, parent_id, kind, execution_id, data, metadata, "
-                "versions, created_at FROM remit_checkpoints WHERE run_id = ? ORDER BY seq",
-                (target, source))
-            conn.execute("INSERT OR IGNORE INTO remit_blobs SELECT ?, ns, channel, version, value "
-                         "FROM remit_blobs WHERE run_id = ?", (target, source))
-            conn.execute("INSERT OR IGNORE INTO remit_writes SELECT ?, ns, checkpoint_id, task_id, "
-                         "idx, channel, value, task_path FROM remit_writes WHERE run_id = ?",
-                         (target, source))
-            conn.execute("INSERT OR IGNORE INTO remit_chunks SELECT ?, digest, value "
-                         "FROM remit_chunks WHERE run_id = ?", (target, source))
-
-    def _drop_orphans(self, conn: sqlite3.Connection, run_id: str) -> None:
-        conn.execute(
-            "DELETE FROM remit_writes AS w WHERE w.run_id = ? AND NOT EXISTS (SELECT 1 FROM "
-            "remit_checkpoints c WHERE c.run_id = w.run_id AND c.ns = w.ns "
-            "AND c.checkpoint_id = w.checkpoint_id)", (run_id,))
-        conn.execute(
-            "DELETE FROM remit_blobs AS b WHERE b.run_id = ? AND NOT EXISTS (SELECT 1 FROM "
-            "remit_checkpoints c, json_each(c.versions) j WHERE c.run_id = b.run_id "
-            "AND c.ns = b.ns AND j.key = b.channel AND j.value = b.version)", (run_id,))
-        stored = [bytes(d) for (d,) in conn.execute(
-            "SELECT digest FROM remit_chunks WHERE run_id = ?", (run_id,))]
-        if stored:
-            keep = _chunks.referenced(bytes(v) for (v,) in conn.execute(
-                _MANIFEST_ROWS, (run_id, _chunks.MAGIC)))
-            conn.executemany("DELETE FROM remit_chunks WHERE run_id = ? AND digest = ?",
-                             [(run_id, d) for d in stored if d not in keep])
-
-    def _prune_run(self, run_id: str, keep_latest: int) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                "DELETE FROM remit_checkpoints WHERE run_id = ? AND seq NOT IN (SELECT seq FROM "
-                "(SELECT seq, ROW_NUMBER() OVER (PARTITION BY ns ORDER BY seq DESC) AS rn "
-                "FROM remit_checkpoints WHERE run_id = ?) WHERE rn <= ?)",
-                (run_id, run_id, keep_latest))
-            self._drop_orphans(conn, run_id)
-
-    def _delete_executions(self, execution_ids: list[str]) -> None:
-        marks = ", ".join("?" * len(execution_ids))
-        with self._tx() as conn:
-            runs = [r[0] for r in conn.execute(
-                f"SELECT DISTINCT run_id FROM remit_checkpoints WHERE execution_id IN ({marks})",
-                execution_ids)]
-            conn.execute(f"DELETE FROM remit_checkpoints WHERE execution_id IN ({marks})",
-                         execution_ids)
-            for run_id in runs:
-                self._drop_orphans(conn, run_id)
-
-    def _usage(self, run_id: str | None) -> dict[str, int]:
-        where, args = ("WHERE run_id = ?", (run_id,)) if run_id is not None else ("", ())
-        with self._tx(write=False) as conn:
-            def one(sql: str) -> int:
-                return int(conn.execute(sql, args).fetchone()[0] or 0)
-            return {
-                "checkpoints": one(f"SELECT COUNT(*) FROM remit_checkpoints {where}"),
-                "blobs": one(f"SELECT COUNT(*) FROM remit_blobs {where}"),
-                "blob_bytes": one(f"SELECT SUM(LENGTH(value)) FROM remit_blobs {where}"),
-                "writes": one(f"SELECT COUNT(*) FROM remit_writes {where}"),
-                "receipts": one(f"SELECT COUNT(*) FROM remit_receipts {where}"),
-                "claims": one(f"SELECT COUNT(*) FROM remit_claims {where}"),
-                "chunks": one(f"SELECT COUNT(*) FROM remit_chunks {where}"),
-                "chunk_bytes": one(f"SELECT SUM(LENGTH(value)) FROM remit_chunks {where}"),
-            }
-
     # ------------------------------------------------------------------------ receipts, claims
 
     def _writing(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
@@ -673,7 +522,8 @@ class SqliteStore(SqlStore):
     def _clock(self) -> dict[str, Any]:
         return {"now": self._now()}
 
-    def _decide(self, records: Records[R], key: str, decide: Decide[R]) -> Verdict[Any, Any]:
+    def _decide(self, records: sql.Records[sql.R], key: str, decide: sql.Decide[sql.R]
+                ) -> Verdict[Any, Any]:
         # BEGIN IMMEDIATE holds the database's write lock from the read to the commit
         with self._tx() as conn:
             r = conn.execute(records.select, {"key": key}).fetchone()
