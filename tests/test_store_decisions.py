@@ -128,7 +128,8 @@ def stored_receipts() -> Iterator[Callable[[str, float], ReceiptRow | None]]:
     for status, live in itertools.product(["started", "completed"], [True, False]):
         def make(key: str, now: float, status: str = status, live: bool = live) -> ReceiptRow:
             done = status == "completed"
-            return ReceiptRow(key, "r", "s", "n", 0, status, HOLDER, FENCE,  # type: ignore[arg-type]
+            return ReceiptRow(key, "r", "s", "n", 0,
+                              status, HOLDER, FENCE,  # type: ignore[arg-type]
                               now + (FAR if live else -FAR), now - 2 * FAR,
                               now - FAR if done else None, b"\x01stored" if done else None, 2)
         yield make
