@@ -9,8 +9,10 @@ import decimal
 import enum
 import logging
 import os
+import sqlite3
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +32,7 @@ from remit_core import (
 from remit_core.errors import LeaseLost
 from remit_core.records import WriteRow
 from remit_core.store import Store, new_owner
+from remit_core.store import sqlite as sqlite_backend
 
 
 class Color(enum.Enum):
@@ -228,6 +231,45 @@ def test_reads_are_one_backend_operation(store: Store, monkeypatch: pytest.Monke
                                                                       strict=True))
     assert all(c.values["big"] == bytes(range(256)) * 4 for c in listed)
     assert calls == ["_list_checkpoints", "_read_chunks"], calls
+
+
+def test_sqlite_reads_are_one_transaction_of_a_bounded_number_of_statements(
+        tmp_path: Path) -> None:
+    with open_store(f"sqlite:///{tmp_path}/s.db") as s:
+        assert isinstance(s, sqlite_backend.SqliteStore)
+        for n in range(30):
+            s.put_checkpoint("r", f"c{n}", parent_id=f"c{n - 1}" if n else None,
+                             new_values={"x": (str(n), n), "y": (str(n), -n)})
+            s.put_writes("r", f"c{n}", "t", [(0, "x", n)])
+        seen: list[str] = []
+        s._conn().set_trace_callback(seen.append)  # the reading connection of this thread
+        got = s.get_checkpoint("r")
+        assert got is not None and got.values == {"x": 29, "y": -29}
+        assert [w.value for w in got.writes] == [29]
+        # BEGIN, the checkpoint, its blobs, its writes, COMMIT
+        assert [q.split()[0] for q in seen] == ["BEGIN", "SELECT", "SELECT", "SELECT",
+                                                "COMMIT"], seen
+        seen.clear()
+        listed = list(s.list_checkpoints("r"))
+        assert len(listed) == 30 and all(c.writes for c in listed)
+        assert [q.split()[0] for q in seen] == ["BEGIN", "SELECT", "SELECT", "SELECT",
+                                                "COMMIT"], seen
+        s._conn().set_trace_callback(None)
+
+
+def test_sqlite_blobs_and_writes_are_read_by_key(tmp_path: Path) -> None:
+    """The statements that read a listing's blobs and writes look each one up by its
+    primary key: their cost does not grow with the run's history."""
+
+    conn = sqlite3.connect(f"{tmp_path}/plan.db")
+    with open_store(f"sqlite:///{tmp_path}/plan.db"):
+        pass
+    for sql in (sqlite_backend._BLOBS_OF, sqlite_backend._WRITES_OF):
+        plan = " | ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}",
+                                                       {"seqs": "[1]"}))
+        assert "SCAN remit_blobs" not in plan and "SCAN remit_writes" not in plan, plan
+        assert "SCAN remit_checkpoints" not in plan, plan
+    conn.close()
 
 
 def test_rewrite_keeps_seq(store: Store) -> None:
