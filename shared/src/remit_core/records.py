@@ -13,7 +13,8 @@ from typing import Any, Literal
 ReceiptStatus = Literal["started", "completed"]
 ClaimStatus = Literal["claimed", "consumed", "released"]
 
-# Outcomes of the atomic primitives (decided inside one backend operation).
+# Outcomes of the atomic primitives, decided inside one backend operation by the pure
+# functions of remit_core.store.decisions (and the Lua scripts checked against them).
 ReceiptOutcome = Literal["run", "taken_over", "done", "busy", "in_doubt"]
 ClaimOutcome = Literal["won", "reentered", "taken_over", "held", "consumed", "mismatch"]
 

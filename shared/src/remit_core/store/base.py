@@ -9,7 +9,9 @@ database (a transaction, ``INSERT ... ON CONFLICT`` or a Lua script). The
 decisions that the receipt and claim operations take are written once, as pure
 functions, in :mod:`remit_core.store.decisions` (used by both SQL backends through
 :class:`remit_core.store.sql.SqlStore`; the Redis backend's Lua scripts are checked
-against them).
+against them). Written once here too: opening a store from its URL
+(:meth:`Store.open`, through the one option table) and the migration protocol
+(:meth:`Store._open_layout`); a backend brings its DDL and a few hooks.
 
 Every underscore method is safe to repeat after a transient failure: writes
 are upserts keyed by the record's identity, and the receipt and claim
