@@ -100,6 +100,7 @@ def run_adapter(session: nox.Session, package: str, tests: str, framework: list[
     session.install(
         "-e", "shared[postgres,redis]",
         "-e", f"packages/{package}",
+        "-e", "packages/remit-check",  # the tests import the check's scenario graphs
         *framework,
         *TEST_TOOLS,
     )

@@ -31,6 +31,13 @@ applied here before)
                                                 strict resume (>= 1.2.15) of a task
 ``channels.delta.DeltaChannel`` (optional)      graphs with delta channels keep
                                                 LangGraph's ids
+``checkpoint.serde._msgpack`` SAFE_MSGPACK_*,   migration's allow-list of what a stock
+``_internal._serde.curated_core_allowlist``,    store may name, and the names the stock
+a stock serializer's allowed modules            serializer was told to allow (optional:
+(all optional)                                  remit's own list otherwise)
+``checkpoint.serde.types._DeltaSnapshot``       allowed in the envelope (what a delta
+(optional)                                      channel stores)
+a stock ``PostgresSaver._cursor()``             migration reads the stock tables with it
 ==============================================  =========================================
 
 If one of them is missing, or no longer does what remit relies on, importing
@@ -149,6 +156,58 @@ _calls(inspect.unwrap(vars(AsyncPregelLoop)["__aenter__"]), "aget_tuple",
        "AsyncPregelLoop.__aenter__")
 _calls(inspect.unwrap(vars(PregelLoop)["_put_checkpoint"]), "create_checkpoint",
        "PregelLoop._put_checkpoint")
+
+
+# ======================================================= the stock savers (migration only)
+
+# What migration and ``legacy=`` read of the stock savers and their serializer, where the
+# installed langgraph-checkpoint has it; each is optional, with the fallback named.
+SAFE_MSGPACK_TYPES: frozenset[tuple[str, ...]] = frozenset()
+SAFE_MSGPACK_METHODS: frozenset[tuple[str, ...]] = frozenset()
+with contextlib.suppress(ImportError):  # langgraph-checkpoint >= 3 (else remit's own list)
+    from langgraph.checkpoint.serde import _msgpack
+
+    SAFE_MSGPACK_TYPES = frozenset(getattr(_msgpack, "SAFE_MSGPACK_TYPES", ()))
+    SAFE_MSGPACK_METHODS = frozenset(getattr(_msgpack, "SAFE_MSGPACK_METHODS", ()))
+
+_curated: Callable[[], Iterable[tuple[str, ...]]] | None
+try:  # LangGraph's own curated list of message types (langgraph >= 1.2)
+    from langgraph._internal._serde import curated_core_allowlist as _curated
+except ImportError:
+    _curated = None
+
+DeltaSnapshot: type[Any] | None
+try:  # what a DeltaChannel stores (langgraph-checkpoint >= 4)
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
+except ImportError:
+    DeltaSnapshot = None
+
+
+def curated_message_types() -> set[tuple[str, ...]]:
+    """LangGraph's curated allow-list of langchain-core message types (empty if absent)."""
+    return set(_curated()) if _curated is not None else set()
+
+
+def serializer_allowlist(serde: Any) -> set[tuple[str, ...]]:
+    """The exact ``(module, name)`` pairs a stock serializer (or the one it wraps, for an
+    ``EncryptedSerializer``) was told to allow (its ``allowed_msgpack_modules``)."""
+    found: set[tuple[str, ...]] = set()
+    while serde is not None:
+        listed = getattr(serde, "_allowed_msgpack_modules", None)
+        if isinstance(listed, set | frozenset):
+            found |= {tuple(k) for k in listed if isinstance(k, tuple)
+                      and all(isinstance(p, str) for p in k)}
+        serde = getattr(serde, "serde", None)
+    return found
+
+
+def stock_cursor(saver: Any) -> Any:
+    """A stock ``PostgresSaver``'s cursor context (its lock, connection or pool)."""
+    cursor = getattr(saver, "_cursor", None)
+    if cursor is None:
+        raise LangGraphSeamError(f"{type(saver).__qualname__}._cursor",
+                                 "does not exist, so remit cannot read the stock saver's tables")
+    return cursor()
 
 
 # ====================================================================== reading a loop

@@ -35,6 +35,7 @@ from typing import Any, Final
 from langgraph.types import Command, Interrupt, Send
 
 from remit_core.adapter import Serde, default_serde
+from remit_langgraph import _seam
 
 
 class _Empty:
@@ -123,7 +124,6 @@ def _command_from_data(data: dict[str, Any]) -> Command[Any]:
 # does not have is skipped (langgraph >= 1.0, langchain-core as langgraph requires)
 _ALLOWED: Final = (
     ("langgraph.types", ("Overwrite", "TimeoutPolicy")),
-    ("langgraph.checkpoint.serde.types", ("_DeltaSnapshot",)),
     ("langchain_core.messages.base", ("BaseMessage", "BaseMessageChunk")),
     ("langchain_core.messages.human", ("HumanMessage", "HumanMessageChunk")),
     ("langchain_core.messages.ai", ("AIMessage", "AIMessageChunk")),
@@ -147,6 +147,8 @@ def _allowed_classes() -> list[type]:
             cls = vars(module).get(name)
             if isinstance(cls, type) and cls.__module__ == module_name:
                 found.append(cls)
+    if _seam.DeltaSnapshot is not None:  # a private class of LangGraph's: through the seam
+        found.append(_seam.DeltaSnapshot)
     return found
 
 

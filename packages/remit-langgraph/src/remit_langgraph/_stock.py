@@ -32,6 +32,7 @@ from langgraph.checkpoint.base import (
 
 from remit_core import Store, effect
 from remit_core.adapter import MigrationError, RecordsRefused, effect_scope, mask_url
+from remit_langgraph import _seam
 from remit_langgraph._serde import storable
 
 MARKER_RUN = "remit-migrate:langgraph"
@@ -109,15 +110,8 @@ def default_allowed() -> tuple[Allowed, Allowed]:
     """The allow-list used when nothing is added: (types, methods)."""
     types: set[tuple[str, ...]] = set(_STANDARD)
     methods: set[tuple[str, ...]] = set(_STANDARD_METHODS)
-    with contextlib.suppress(ImportError):  # langgraph-checkpoint >= 3
-        from langgraph.checkpoint.serde import _msgpack
-
-        types |= set(_msgpack.SAFE_MSGPACK_TYPES)
-        methods |= set(getattr(_msgpack, "SAFE_MSGPACK_METHODS", ()))
-    with contextlib.suppress(ImportError):  # langgraph's own curated list of message types
-        from langgraph._internal._serde import curated_core_allowlist
-
-        types |= set(curated_core_allowlist())
+    types |= _seam.SAFE_MSGPACK_TYPES | _seam.curated_message_types()
+    methods |= _seam.SAFE_MSGPACK_METHODS
     return frozenset(types), frozenset(methods)
 
 
@@ -132,18 +126,6 @@ def _normalise(allow: Iterable[tuple[str, str] | type]) -> set[tuple[str, ...]]:
         else:
             raise TypeError(f"allow= takes classes or (module, name) pairs, not {item!r}")
     return out
-
-
-def _serde_allowlist(serde: Any) -> set[tuple[str, ...]]:
-    """The exact names a stock serializer (or the one it wraps) was told to allow."""
-    found: set[tuple[str, ...]] = set()
-    while serde is not None:
-        listed = getattr(serde, "_allowed_msgpack_modules", None)
-        if isinstance(listed, set | frozenset):
-            found |= {tuple(k) for k in listed if isinstance(k, tuple)
-                      and all(isinstance(p, str) for p in k)}
-        serde = getattr(serde, "serde", None)
-    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +306,7 @@ class StockSource:
                  allow: Iterable[tuple[str, str] | type] = ()) -> None:
         self.kind = _kind(saver)
         types, methods = default_allowed()
-        self.allowed: Allowed = frozenset(types | _serde_allowlist(saver.serde)
+        self.allowed: Allowed = frozenset(types | _seam.serializer_allowlist(saver.serde)
                                           | _normalise(allow))
         self.methods = methods
         self.saver: Any = copy.copy(saver)  # shares the connection and the lock
@@ -337,7 +319,7 @@ class StockSource:
             with self.saver.cursor(transaction=False) as cur:
                 cur.execute(sql, params)
                 return [tuple(r) for r in cur.fetchall()]
-        with self.saver._cursor() as cur:  # the saver's lock, connection or pool
+        with _seam.stock_cursor(self.saver) as cur:  # the saver's lock, connection or pool
             cur.execute(sql.replace("?", "%s"), params)
             return [tuple(r.values()) for r in cur.fetchall()]
 
@@ -515,7 +497,7 @@ def _open_postgres(url: str, allow: Iterable[tuple[str, str] | type]
     with stack:
         try:
             saver = stack.enter_context(PostgresSaver.from_conn_string(url))
-            with saver._cursor() as cur:
+            with _seam.stock_cursor(saver) as cur:
                 cur.execute("SELECT to_regclass('checkpoints') IS NOT NULL AND "
                             "to_regclass('checkpoint_writes') IS NOT NULL AS ok")
                 row = cur.fetchone()
