@@ -9,6 +9,9 @@
 * No import cycle among an adapter's modules, nor among the core's, counting every
   import statement wherever it is (a function-local import that would close a cycle
   counts too).
+* remit-langgraph touches LangGraph's internals (``langgraph.pregel``,
+  ``langgraph._internal``, any private module or name of ``langgraph``) in
+  ``remit_langgraph/_seam.py`` only, the one module that checks them at import.
 
 Read from the source trees (``ast``), so a rule broken in a module that is not imported
 by any test still fails here.
@@ -270,6 +273,26 @@ def import_cycles(tops: list[Path]) -> list[str]:
     return found
 
 
+def langgraph_internals() -> list[str]:
+    """Imports of LangGraph internals outside remit_langgraph._seam."""
+    top = adapter_dirs()["remit_langgraph"]
+    found = []
+    for path in sorted(top.rglob("*.py")):
+        if path.name == "_seam.py":
+            continue
+        for imp in imports(path, top.parent):
+            parts = imp.module.split(".")
+            if parts[0] != "langgraph":
+                continue
+            internal = (parts[1:2] == ["pregel"] or any(_private(p) for p in parts)
+                        or any(_private(n) for n in imp.names))
+            if internal:
+                what = f"{imp.module}" + (f" ({', '.join(imp.names)})" if imp.names else "")
+                found.append(f"{imp.where()}: imports {what}, a LangGraph internal; only "
+                             "remit_langgraph/_seam.py may, where it is checked at import")
+    return found
+
+
 # ==================================================================================== tests
 
 
@@ -304,6 +327,11 @@ def test_no_import_cycle_inside_an_adapter() -> None:
 
 def test_no_import_cycle_inside_the_core() -> None:
     found = import_cycles([CORE])
+    assert not found, "\n".join(found)
+
+
+def test_langgraph_internals_only_in_the_seam() -> None:
+    found = langgraph_internals()
     assert not found, "\n".join(found)
 
 
