@@ -258,17 +258,19 @@ def test_sqlite_reads_are_one_transaction_of_a_bounded_number_of_statements(
 
 
 def test_sqlite_blobs_and_writes_are_read_by_key(tmp_path: Path) -> None:
-    """The statements that read a listing's blobs and writes look each one up by its
-    primary key: their cost does not grow with the run's history."""
-
+    """The statements that read the blobs and writes of a checkpoint, or of a listing,
+    look each one up by its primary key: their cost does not grow with the run's
+    history."""
     conn = sqlite3.connect(f"{tmp_path}/plan.db")
     with open_store(f"sqlite:///{tmp_path}/plan.db"):
         pass
-    for sql in (sqlite_backend._BLOBS_OF, sqlite_backend._WRITES_OF):
-        plan = " | ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}",
-                                                       {"seqs": "[1]"}))
+    for sql, args in ((sqlite_backend._BLOBS_OF, {"seqs": "[1]"}),
+                      (sqlite_backend._WRITES_OF, {"seqs": "[1]"}),
+                      (sqlite_backend._BLOBS_OF_ONE, ('{"x": "1"}', "r", "")),
+                      (sqlite_backend._WRITES_OF_ONE, ("r", "", "c"))):
+        plan = " | ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", args))
         assert "SCAN remit_blobs" not in plan and "SCAN remit_writes" not in plan, plan
-        assert "SCAN remit_checkpoints" not in plan, plan
+        assert "SCAN remit_checkpoints" not in plan and "TEMP B-TREE" not in plan, plan
     conn.close()
 
 

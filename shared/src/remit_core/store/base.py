@@ -454,7 +454,12 @@ class Store(ABC):
         Reading never claims, consumes or blocks.
         """
         found = self._call(self._read_checkpoint, run_id, ns, checkpoint_id, with_writes)
-        return None if found is None else next(self._decoded([found]))
+        if found is None:
+            return None
+        row, blobs, writes = found
+        digests = _chunks.referenced([*blobs.values(), *(w.value for w in writes)])
+        chunks = self._call(self._read_chunks, run_id, sorted(digests)) if digests else None
+        return self._decode_checkpoint(row, blobs, writes, chunks)
 
     def list_checkpoints(
         self,

@@ -118,19 +118,31 @@ MIGRATIONS: list[str] = [
 
 _BATCH = 500  # digests per IN (...) list
 
-# The blobs and the writes of the checkpoints listed in :seqs (a JSON array). CROSS JOIN
-# makes SQLite's planner keep this order: each listed seq, its checkpoint by rowid, its
-# versions, then each blob or write by primary key. With plain JOINs it may scan the run's
-# blobs instead (the whole history) and read a checkpoint in time linear in its length.
-_OF_SEQS = ("FROM json_each(:seqs) AS s CROSS JOIN remit_checkpoints AS c ON c.seq = s.value")
+_PUT_RUN = ("INSERT INTO remit_runs VALUES (?, ?, ?) "
+            "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at")
+_PUT_CHECKPOINT = (f"INSERT INTO remit_checkpoints ({sql.CK_WRITTEN}) "
+                   f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) {sql.CK_UPSERT}")
+
+# The blobs and the writes of one checkpoint (its versions as JSON, its key), and of the
+# checkpoints listed in :seqs (a JSON array). CROSS JOIN makes SQLite's planner keep this
+# order: each listed seq, its checkpoint by rowid, its versions, then each blob or write by
+# primary key. With plain JOINs it may scan the run's blobs instead (the whole history)
+# and read a checkpoint in time linear in its length.
+_BLOBS_OF_ONE = (
+    "SELECT j.key, b.value FROM json_each(?) AS j CROSS JOIN remit_blobs AS b "
+    "ON b.run_id = ? AND b.ns = ? AND b.channel = j.key AND b.version = j.value")
+_WRITES_OF_ONE = (
+    f"SELECT {sql.WRITE_COLS} FROM remit_writes WHERE run_id = ? AND ns = ? "
+    "AND checkpoint_id = ? ORDER BY task_id, idx")
+_OF_SEQS = "FROM json_each(:seqs) AS s CROSS JOIN remit_checkpoints AS c ON c.seq = s.value"
 _BLOBS_OF = (
     f"SELECT c.seq, j.key, b.value {_OF_SEQS} CROSS JOIN json_each(c.versions) AS j "
     "CROSS JOIN remit_blobs AS b ON b.run_id = c.run_id AND b.ns = c.ns "
     "AND b.channel = j.key AND b.version = j.value")
-_WRITES_OF = (
+_WRITES_OF = (  # in no order: each checkpoint's are sorted after the read
     f"SELECT c.seq, {', '.join(f'w.{c}' for c in sql.WRITE_COLUMNS)} {_OF_SEQS} "
     "CROSS JOIN remit_writes AS w ON w.run_id = c.run_id AND w.ns = c.ns "
-    "AND w.checkpoint_id = c.checkpoint_id ORDER BY s.key, w.task_id, w.idx")
+    "AND w.checkpoint_id = c.checkpoint_id")
 
 
 class SqliteDialect(sql.Dialect):
@@ -173,6 +185,7 @@ class SqliteStore(sql.SqlStore):
         self._wconn: sqlite3.Connection | None = None
         self._wpid = os.getpid()
         self._sql(SqliteDialect(), sql.Tables())
+        self._ck_queries: dict[tuple[str, ...], str] = {}
         if not read_only:
             self._create_file()
         self._open_file()
@@ -455,13 +468,12 @@ class SqliteStore(sql.SqlStore):
     def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
                           exclusive_child: bool, chunks: Mapping[bytes, bytes]
                           ) -> tuple[int, str | None]:
-        args = {"run": row.run_id, "ns": row.ns, "cid": row.checkpoint_id,
-                "parent": row.parent_id, "kind": row.kind, "execution": row.execution_id,
-                "data": row.data, "metadata": row.metadata,
-                "versions": json.dumps(row.versions), "now": self._now()}
+        now = self._now()
         with self._tx() as conn:
             if exclusive_child and row.parent_id is not None:
-                other = conn.execute(self._sibling_sql, args).fetchone()
+                other = conn.execute(self._sibling_sql, {
+                    "run": row.run_id, "ns": row.ns, "parent": row.parent_id,
+                    "kind": row.kind, "cid": row.checkpoint_id}).fetchone()
                 if other is not None:
                     return 0, str(other[0])
             self._insert_chunks(conn, row.run_id, chunks)
@@ -469,36 +481,46 @@ class SqliteStore(sql.SqlStore):
                 "INSERT OR IGNORE INTO remit_blobs VALUES (?, ?, ?, ?, ?)",
                 [(b.run_id, b.ns, b.channel, b.version, b.value) for b in blobs],
             )
-            conn.execute("INSERT INTO remit_runs VALUES (:run, :now, :now) "
-                         "ON CONFLICT (run_id) DO UPDATE SET updated_at = excluded.updated_at",
-                         args)
-            seq = conn.execute(
-                f"INSERT INTO remit_checkpoints ({sql.CK_WRITTEN}) VALUES (:run, :ns, :cid, "
-                ":parent, :kind, :execution, :data, :metadata, :versions, :now) "
-                f"{sql.CK_UPSERT}",
-                args).fetchone()[0]
+            conn.execute(_PUT_RUN, (row.run_id, now, now))
+            seq = conn.execute(_PUT_CHECKPOINT, (
+                row.run_id, row.ns, row.checkpoint_id, row.parent_id, row.kind,
+                row.execution_id, row.data, row.metadata, json.dumps(row.versions), now,
+            )).fetchone()[0]
             return int(seq), None
 
     def _checkpoints(self, where: Sequence[str], args: Mapping[str, Any], limit: int | None,
                      with_writes: bool) -> list[sql.Found]:
-        query = (f"SELECT {sql.CK_COLS} FROM remit_checkpoints AS c"
-               + (" WHERE " + " AND ".join(where) if where else "")
-               + " ORDER BY c.seq DESC LIMIT :limit")
+        query = self._ck_queries.get(tuple(where))
+        if query is None:
+            query = self._ck_queries[tuple(where)] = (
+                f"SELECT {sql.CK_COLS} FROM remit_checkpoints AS c"
+                + (" WHERE " + " AND ".join(where) if where else "")
+                + " ORDER BY c.seq DESC LIMIT :limit")
         with self._tx(write=False) as conn:  # one transaction: one snapshot
-            rows = [sql.checkpoint_row(r, json.loads)
-                    for r in conn.execute(query, {**args, "limit": -1 if limit is None else limit})]
+            raw = conn.execute(query, {**args, "limit": -1 if limit is None else limit}
+                               ).fetchall()
+            if len(raw) == 1:  # get_checkpoint: its blobs and writes by key
+                row = sql.checkpoint_row(raw[0], json.loads)
+                blobs = {ch: bytes(v) for ch, v in conn.execute(
+                    _BLOBS_OF_ONE, (raw[0][8], row.run_id, row.ns))}
+                writes = [sql.write_row(row, w) for w in conn.execute(
+                    _WRITES_OF_ONE, (row.run_id, row.ns, row.checkpoint_id))
+                ] if with_writes else []
+                return [(row, blobs, writes)]
+            rows = [sql.checkpoint_row(r, json.loads) for r in raw]
             if not rows:
                 return []
             seqs = {"seqs": json.dumps([r.seq for r in rows])}
-            blobs: dict[int, dict[str, bytes]] = {r.seq: {} for r in rows}
+            by_seq: dict[int, sql.Found] = {r.seq: (r, {}, []) for r in rows}
             for seq, channel, value in conn.execute(_BLOBS_OF, seqs):
-                blobs[seq][channel] = bytes(value)
-            writes: dict[int, list[WriteRow]] = {r.seq: [] for r in rows}
+                by_seq[seq][1][channel] = bytes(value)
             if with_writes:
-                by_seq = {r.seq: r for r in rows}
                 for w in conn.execute(_WRITES_OF, seqs):
-                    writes[w[0]].append(sql.write_row(by_seq[w[0]], w[1:]))
-        return [(r, blobs[r.seq], writes[r.seq]) for r in rows]
+                    ck, _, writes = by_seq[w[0]]
+                    writes.append(sql.write_row(ck, w[1:]))
+        for _, _, writes in by_seq.values():  # (task_id, idx): SQLite's byte order, as str's
+            writes.sort(key=lambda w: (w.task_id, w.idx))
+        return list(by_seq.values())
 
     def _write_writes(self, rows: list[WriteRow], overwrite: bool,
                       chunks: Mapping[bytes, bytes]) -> None:
