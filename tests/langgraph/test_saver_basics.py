@@ -769,3 +769,48 @@ def test_time_travel_keeps_langgraph_ids(saver: RemitSaver) -> None:
         sizes.append([len(b) for b in branches])
     # b and c, after a fork checkpoint on langgraph 1.2 (1.0.0 stores none): as stock
     assert sizes[1] == sizes[0] and sizes[1][0] == sizes[1][1] >= 2
+
+
+def test_a_parent_bound_keeps_the_subgraph_checkpoints_made_before_it(
+        saver: RemitSaver) -> None:
+    """LangGraph's subgraph replay lists a subgraph's history ``before`` a checkpoint of
+    the root. Under ``durability="async"`` the root's checkpoint can be stored after the
+    subgraph's next ones; what counts, as with the stock savers' time-ordered ids, is
+    when each was made. (Seen failing with the store order: the newest subgraph
+    checkpoint stored before the root's, one made after it, came first.)"""
+    thread = uuid.uuid4().hex
+    inner_ns = "mid|inner"
+    made: list[tuple[str, Any]] = []  # (ns, checkpoint) in the order LangGraph makes them
+    made += [(inner_ns, empty_checkpoint()) for _ in range(10)]
+    made += [("", empty_checkpoint())]  # the root's checkpoint: the replay's bound
+    made += [(inner_ns, empty_checkpoint()) for _ in range(3)]
+    made += [("mid", empty_checkpoint())]
+    bound = made[10][1]
+    # stored in another order: the root's checkpoint last, as a lagging async put is
+    stored_order = [*made[:10], *made[11:], made[10]]
+    results = {}
+    for name, target in (("stock", InMemorySaver()), ("remit", saver)):
+        last: dict[str, str] = {}
+        for ns, checkpoint in stored_order:
+            config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+            if ns in last:
+                config["configurable"]["checkpoint_id"] = last[ns]
+            target.put(config, checkpoint, {"source": "loop", "step": len(last)}, {})
+            last[ns] = checkpoint["id"]
+        inner: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": inner_ns}}
+        before: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
+                                        "checkpoint_id": bound["id"]}}
+        results[name] = (
+            [t.checkpoint["id"] for t in target.list(inner, before=before, limit=1)],
+            [t.checkpoint["id"] for t in target.list(inner, before=before)],
+            [t.checkpoint["id"] for t in target.list(inner, before=before, limit=9)],
+        )
+    made_before = [c["id"] for ns, c in reversed(made[:10])]
+    assert results["stock"] == ([made_before[0]], made_before, made_before[:9])
+    assert results["remit"] == results["stock"]
+    # within one namespace ``before`` is unchanged: what was stored before it
+    mid_bound: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": inner_ns,
+                                       "checkpoint_id": made[12][1]["id"]}}
+    inner = {"configurable": {"thread_id": thread, "checkpoint_ns": inner_ns}}
+    assert [t.checkpoint["id"] for t in saver.list(inner, before=mid_bound)] == \
+        [made[11][1]["id"], *made_before]

@@ -35,6 +35,7 @@ import os
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any, ParamSpec, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -281,6 +282,12 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         metadata has every key equal to the given value; ``before`` keeps those
         written before the checkpoint it names; ``limit`` counts what remains after
         all of these.
+
+        A ``before`` of another namespace (LangGraph's subgraph replay bounds a
+        subgraph's history by a parent checkpoint) keeps the checkpoints *made* before
+        it, as the stock savers' time-ordered ids do: under ``durability="async"`` a
+        parent's checkpoint can be stored after its subgraph's next ones, so the store
+        order is not the order they were made in. See :func:`_made_before`.
         """
         if limit is not None and limit <= 0:
             return
@@ -293,12 +300,18 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         before_id = get_checkpoint_id(before) if before else None
         # the limit can go to the store only when nothing is filtered here afterwards
         checked_here = bool(filter) or only_id is not None
-        found = self.store.list_checkpoints(
-            None if thread_id is None else str(thread_id),
-            ns=ns,
-            before=before_id,
-            limit=None if checked_here else limit,
-        )
+        bound = (None if before_id is None or thread_id is None or ns is None
+                 else self._bound_in_an_ancestor(str(thread_id), str(ns), before_id))
+        found: Iterator[StoredCheckpoint]
+        if bound is not None:
+            found = _made_before(self.store, str(thread_id), str(ns), bound)
+        else:
+            found = self.store.list_checkpoints(
+                None if thread_id is None else str(thread_id),
+                ns=ns,
+                before=before_id,
+                limit=None if checked_here else limit,
+            )
         left = limit
         for ck in found:
             if only_id is not None and ck.checkpoint_id != only_id:
@@ -310,6 +323,20 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
                 left -= 1
                 if left <= 0:
                     return
+
+    def _bound_in_an_ancestor(self, thread_id: str, ns: str, before_id: str) -> datetime | None:
+        """When ``before_id`` is not a checkpoint of ``ns`` but of an enclosing namespace
+        (the root's or a parent subgraph's), the time it was made; else None."""
+        if ns == "" or self.store.get_checkpoint(thread_id, before_id, ns=ns,
+                                                 with_writes=False) is not None:
+            return None
+        parts = ns.split("|")
+        for depth in range(len(parts) - 1, -1, -1):
+            found = self.store.get_checkpoint(thread_id, before_id, ns="|".join(parts[:depth]),
+                                              with_writes=False)
+            if found is not None:
+                return _made_at(found)
+        return None
 
     # ================================================================================ writing
 
@@ -709,6 +736,43 @@ def _node_of(task_path: str, task_id: str) -> str:
 def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
     configurable = config["configurable"]
     return str(configurable["thread_id"]), str(configurable.get("checkpoint_ns") or "")
+
+
+def _made_at(ck: StoredCheckpoint) -> datetime | None:
+    """When LangGraph made the checkpoint (its ``ts``), or None if it has none."""
+    data = ck.data if isinstance(ck.data, Mapping) else {}
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        made = datetime.fromisoformat(str(data["ts"]))
+        return made if made.tzinfo is not None else made.replace(tzinfo=timezone.utc)
+    return None
+
+
+_PAGE = 8
+
+
+def _made_before(store: Store, thread_id: str, ns: str,
+                 bound: datetime) -> Iterator[StoredCheckpoint]:
+    """The checkpoints of one namespace made before ``bound``, newest first.
+
+    Within a namespace the loop stores its checkpoints in the order it makes them, so
+    the newest one made before ``bound`` is found by paging back from the head; it and
+    everything stored before it is the answer. A checkpoint without a ``ts`` counts as
+    made before (the store order is all there is to go by)."""
+    page_before: str | None = None
+    while True:
+        page = list(store.list_checkpoints(thread_id, ns=ns, before=page_before,
+                                           limit=_PAGE))
+        for i, ck in enumerate(page):
+            made = _made_at(ck)
+            if made is None or made < bound:
+                yield from page[i:]
+                if len(page) == _PAGE:
+                    yield from store.list_checkpoints(thread_id, ns=ns,
+                                                      before=page[-1].checkpoint_id)
+                return
+        if len(page) < _PAGE:
+            return
+        page_before = page[-1].checkpoint_id
 
 
 def _matches(metadata: Any, query: Mapping[str, Any]) -> bool:
