@@ -49,92 +49,17 @@ T = TypeVar("T")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
+#: the column types of sql.SCHEMA and sql.CHUNKS in this database
+SCHEMA_TYPES = dict(seq="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+                    time="DOUBLE PRECISION", bytes="BYTEA", json="JSONB", int64="BIGINT",
+                    keyed="", chunk_key="PRIMARY KEY")
+
 # Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
 # Each script runs in the migration transaction with ``search_path`` set to the store's
 # schema (SET LOCAL), so the scripts name tables unqualified.
 MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE remit_runs (
-        run_id TEXT PRIMARY KEY,
-        created_at DOUBLE PRECISION NOT NULL,
-        updated_at DOUBLE PRECISION NOT NULL
-    );
-    CREATE TABLE remit_checkpoints (
-        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        run_id TEXT NOT NULL,
-        ns TEXT NOT NULL,
-        checkpoint_id TEXT NOT NULL,
-        parent_id TEXT,
-        kind TEXT NOT NULL,
-        execution_id TEXT,
-        data BYTEA NOT NULL,
-        metadata BYTEA NOT NULL,
-        versions JSONB NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL,
-        UNIQUE (run_id, ns, checkpoint_id)
-    );
-    CREATE INDEX remit_checkpoints_latest ON remit_checkpoints (run_id, ns, seq DESC);
-    CREATE INDEX remit_checkpoints_parent ON remit_checkpoints (run_id, ns, parent_id, kind);
-    CREATE INDEX remit_checkpoints_execution ON remit_checkpoints (execution_id)
-        WHERE execution_id IS NOT NULL;
-    CREATE TABLE remit_blobs (
-        run_id TEXT NOT NULL,
-        ns TEXT NOT NULL,
-        channel TEXT NOT NULL,
-        version TEXT NOT NULL,
-        value BYTEA NOT NULL,
-        PRIMARY KEY (run_id, ns, channel, version)
-    );
-    CREATE TABLE remit_writes (
-        run_id TEXT NOT NULL,
-        ns TEXT NOT NULL,
-        checkpoint_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        idx INTEGER NOT NULL,
-        channel TEXT NOT NULL,
-        value BYTEA NOT NULL,
-        task_path TEXT NOT NULL DEFAULT '',
-        PRIMARY KEY (run_id, ns, checkpoint_id, task_id, idx)
-    );
-    CREATE TABLE remit_receipts (
-        key TEXT PRIMARY KEY,
-        run_id TEXT NOT NULL,
-        step TEXT NOT NULL,
-        name TEXT NOT NULL,
-        ordinal INTEGER NOT NULL,
-        status TEXT NOT NULL,
-        owner TEXT,
-        fence BIGINT NOT NULL,
-        lease_until DOUBLE PRECISION NOT NULL,
-        started_at DOUBLE PRECISION NOT NULL,
-        completed_at DOUBLE PRECISION,
-        result BYTEA,
-        attempt INTEGER NOT NULL
-    );
-    CREATE INDEX remit_receipts_run ON remit_receipts (run_id);
-    CREATE TABLE remit_claims (
-        key TEXT PRIMARY KEY,
-        run_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        owner TEXT,
-        fence BIGINT NOT NULL,
-        lease_until DOUBLE PRECISION NOT NULL,
-        digest TEXT,
-        value BYTEA,
-        claimed_at DOUBLE PRECISION NOT NULL,
-        consumed_at DOUBLE PRECISION
-    );
-    CREATE INDEX remit_claims_run ON remit_claims (run_id);
-    """,
-    # 2: large values in content-defined chunks, once per run (remit_core.store.chunks)
-    """
-    CREATE TABLE remit_chunks (
-        run_id TEXT NOT NULL,
-        digest BYTEA NOT NULL,
-        value BYTEA NOT NULL,
-        PRIMARY KEY (run_id, digest)
-    );
-    """,
+    sql.SCHEMA.format(**SCHEMA_TYPES),
+    sql.CHUNKS.format(**SCHEMA_TYPES),
     # 3: lz4 TOAST compression for the stored bytes, where the server has it (PostgreSQL
     # 14+ built with lz4): storing a checkpoint row costs far less server CPU than with
     # pglz. Elsewhere the columns keep the server's default. (EXECUTE: the syntax is 14+.)

@@ -43,6 +43,97 @@ from remit_core.store.decisions import Change, From, Verdict
 TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
           "remit_receipts", "remit_claims", "remit_chunks")
 
+#: The first migration of both SQL backends: every table but the chunks (migration 2).
+#: Append-only like the migration lists that use it: never edit it, add a migration. Its
+#: placeholders are the column types that differ, given by each backend's ``SCHEMA_TYPES``:
+#: ``seq`` (an increasing integer key), ``time`` (epoch seconds as a float), ``bytes``,
+#: ``json`` (the versions object), ``int64``, and ``keyed`` (after a table that has a
+#: primary key: SQLite's `` WITHOUT ROWID``).
+SCHEMA = """
+    CREATE TABLE remit_runs (
+        run_id TEXT PRIMARY KEY,
+        created_at {time} NOT NULL,
+        updated_at {time} NOT NULL
+    );
+    CREATE TABLE remit_checkpoints (
+        seq {seq},
+        run_id TEXT NOT NULL,
+        ns TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        parent_id TEXT,
+        kind TEXT NOT NULL,
+        execution_id TEXT,
+        data {bytes} NOT NULL,
+        metadata {bytes} NOT NULL,
+        versions {json} NOT NULL,
+        created_at {time} NOT NULL,
+        UNIQUE (run_id, ns, checkpoint_id)
+    );
+    CREATE INDEX remit_checkpoints_latest ON remit_checkpoints (run_id, ns, seq DESC);
+    CREATE INDEX remit_checkpoints_parent ON remit_checkpoints (run_id, ns, parent_id, kind);
+    CREATE INDEX remit_checkpoints_execution ON remit_checkpoints (execution_id)
+        WHERE execution_id IS NOT NULL;
+    CREATE TABLE remit_blobs (
+        run_id TEXT NOT NULL,
+        ns TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        version TEXT NOT NULL,
+        value {bytes} NOT NULL,
+        PRIMARY KEY (run_id, ns, channel, version)
+    ){keyed};
+    CREATE TABLE remit_writes (
+        run_id TEXT NOT NULL,
+        ns TEXT NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        channel TEXT NOT NULL,
+        value {bytes} NOT NULL,
+        task_path TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (run_id, ns, checkpoint_id, task_id, idx)
+    ){keyed};
+    CREATE TABLE remit_receipts (
+        key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        step TEXT NOT NULL,
+        name TEXT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        owner TEXT,
+        fence {int64} NOT NULL,
+        lease_until {time} NOT NULL,
+        started_at {time} NOT NULL,
+        completed_at {time},
+        result {bytes},
+        attempt INTEGER NOT NULL
+    );
+    CREATE INDEX remit_receipts_run ON remit_receipts (run_id);
+    CREATE TABLE remit_claims (
+        key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        owner TEXT,
+        fence {int64} NOT NULL,
+        lease_until {time} NOT NULL,
+        digest TEXT,
+        value {bytes},
+        claimed_at {time} NOT NULL,
+        consumed_at {time}
+    );
+    CREATE INDEX remit_claims_run ON remit_claims (run_id);
+    """
+
+#: The second migration: large values in content-defined chunks, once per run
+#: (remit_core.store.chunks). Append-only too; ``chunk_key`` is how the table is keyed.
+CHUNKS = """
+    CREATE TABLE remit_chunks (
+        run_id TEXT NOT NULL,
+        digest {bytes} NOT NULL,
+        value {bytes} NOT NULL,
+        {chunk_key} (run_id, digest)
+    );
+    """
+
 #: the columns of a checkpoint row as CheckpointRow takes them
 CHECKPOINT_COLUMNS = ("run_id", "ns", "checkpoint_id", "parent_id", "kind", "execution_id",
                       "data", "metadata", "versions", "created_at", "seq")

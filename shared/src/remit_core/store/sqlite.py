@@ -29,91 +29,16 @@ from remit_core.store.options import Parsed
 from remit_core.store.sql import TABLES
 from remit_core.urls import mask_url
 
+#: the column types of sql.SCHEMA and sql.CHUNKS in this database
+# (the chunks are a rowid table: their rows are 4-64 kB, too large to sit well in a
+# WITHOUT ROWID b-tree)
+SCHEMA_TYPES = dict(seq="INTEGER PRIMARY KEY AUTOINCREMENT", time="REAL", bytes="BLOB",
+                    json="TEXT", int64="INTEGER", keyed=" WITHOUT ROWID", chunk_key="UNIQUE")
+
 # Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
 MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE remit_runs (
-        run_id TEXT PRIMARY KEY,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL
-    );
-    CREATE TABLE remit_checkpoints (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        run_id TEXT NOT NULL,
-        ns TEXT NOT NULL,
-        checkpoint_id TEXT NOT NULL,
-        parent_id TEXT,
-        kind TEXT NOT NULL,
-        execution_id TEXT,
-        data BLOB NOT NULL,
-        metadata BLOB NOT NULL,
-        versions TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        UNIQUE (run_id, ns, checkpoint_id)
-    );
-    CREATE INDEX remit_checkpoints_latest ON remit_checkpoints (run_id, ns, seq DESC);
-    CREATE INDEX remit_checkpoints_parent ON remit_checkpoints (run_id, ns, parent_id, kind);
-    CREATE INDEX remit_checkpoints_execution ON remit_checkpoints (execution_id)
-        WHERE execution_id IS NOT NULL;
-    CREATE TABLE remit_blobs (
-        run_id TEXT NOT NULL,
-        ns TEXT NOT NULL,
-        channel TEXT NOT NULL,
-        version TEXT NOT NULL,
-        value BLOB NOT NULL,
-        PRIMARY KEY (run_id, ns, channel, version)
-    ) WITHOUT ROWID;
-    CREATE TABLE remit_writes (
-        run_id TEXT NOT NULL,
-        ns TEXT NOT NULL,
-        checkpoint_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        idx INTEGER NOT NULL,
-        channel TEXT NOT NULL,
-        value BLOB NOT NULL,
-        task_path TEXT NOT NULL DEFAULT '',
-        PRIMARY KEY (run_id, ns, checkpoint_id, task_id, idx)
-    ) WITHOUT ROWID;
-    CREATE TABLE remit_receipts (
-        key TEXT PRIMARY KEY,
-        run_id TEXT NOT NULL,
-        step TEXT NOT NULL,
-        name TEXT NOT NULL,
-        ordinal INTEGER NOT NULL,
-        status TEXT NOT NULL,
-        owner TEXT,
-        fence INTEGER NOT NULL,
-        lease_until REAL NOT NULL,
-        started_at REAL NOT NULL,
-        completed_at REAL,
-        result BLOB,
-        attempt INTEGER NOT NULL
-    );
-    CREATE INDEX remit_receipts_run ON remit_receipts (run_id);
-    CREATE TABLE remit_claims (
-        key TEXT PRIMARY KEY,
-        run_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        owner TEXT,
-        fence INTEGER NOT NULL,
-        lease_until REAL NOT NULL,
-        digest TEXT,
-        value BLOB,
-        claimed_at REAL NOT NULL,
-        consumed_at REAL
-    );
-    CREATE INDEX remit_claims_run ON remit_claims (run_id);
-    """,
-    # 2: large values in content-defined chunks, once per run (remit_core.store.chunks).
-    # A rowid table: its rows are 4-64 kB, too large to sit well in a WITHOUT ROWID b-tree.
-    """
-    CREATE TABLE remit_chunks (
-        run_id TEXT NOT NULL,
-        digest BLOB NOT NULL,
-        value BLOB NOT NULL,
-        UNIQUE (run_id, digest)
-    );
-    """,
+    sql.SCHEMA.format(**SCHEMA_TYPES),
+    sql.CHUNKS.format(**SCHEMA_TYPES),
 ]
 
 _BATCH = 500  # digests per IN (...) list
