@@ -139,3 +139,28 @@ def test_derive_id_is_deterministic() -> None:
     assert a != derive_id("parent", "retry", {"x": 1, "y": [1, 2]})
     assert a != derive_id("other", "fork", {"x": 1, "y": [1, 2]})
     assert uuid.UUID(a).version == 5
+
+
+class _Probe:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+@pytest.mark.parametrize(("name", "hint"), [
+    # a type name of an installed adapter's registrations: import that adapter
+    ("langgraph:Probe", "import remit_langgraph before reading"),
+    ("remit_langgraph:probe", "import remit_langgraph before reading"),
+    # anyone else's: register it
+    ("someones:Probe", "register it with Serde.register(cls, to_data, from_data, "
+                       "name='someones:Probe')"),
+])
+def test_an_unregistered_type_says_which_adapter_registers_it(name: str, hint: str) -> None:
+    """The hint comes from the installed ``remit.serde`` entry points, not from a list of
+    adapters in the core."""
+    writer = Serde()
+    writer.register(_Probe, lambda p: p.n, _Probe, name=name)
+    blob = writer.encode({"v": _Probe(1)})
+    with pytest.raises(CorruptRecord) as caught:
+        Serde().decode(blob, record="the probe")
+    assert hint in str(caught.value)
+    assert "not registered" in str(caught.value)

@@ -61,6 +61,7 @@ import decimal
 import enum
 import functools
 import hashlib
+import importlib.metadata
 import os
 import re
 import sys
@@ -882,11 +883,28 @@ def _serialization_error(refused: _Refused, record: str) -> SerializationError:
     return SerializationError(message, path=path, type_name=type_name)
 
 
+def _registering_adapter(prefix: str) -> str | None:
+    """The package of the installed adapter whose ``remit.serde`` entry point is named
+    ``prefix`` or lives in a package of that name, else None. (Reads the installed
+    packages' metadata only: nothing is imported.)"""
+    if not prefix:
+        return None
+    with contextlib.suppress(Exception):  # broken metadata: no hint, the message stands
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            package = ep.value.partition(":")[0].split(".")[0]
+            if prefix in (ep.name, package):
+                return package
+    return None
+
+
 def _unregistered_message(name: str, kind: str, record: str) -> str:
     qual = name.partition(":")[2] or name
     if kind == "registered type":
-        if name.split(":")[0] in ("langgraph", "remit_langgraph"):
-            todo = "import remit_langgraph before reading (it registers LangGraph's types)"
+        adapter = _registering_adapter(name.partition(":")[0])
+        if adapter is not None:
+            todo = (f"import {adapter} before reading (it registers these types; "
+                    "remit_core.serde.load_registrations(serde) loads every installed "
+                    "adapter's)")
         else:
             todo = (f"register it with Serde.register(cls, to_data, from_data, name={name!r}) "
                     "before reading")
