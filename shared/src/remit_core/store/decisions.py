@@ -11,7 +11,7 @@ row) -- so no decision is check-then-act across two round trips.
 The SQL backends (:mod:`remit_core.store.sql`) call these functions, and render the
 fenced changes (:data:`COMPLETE_RECEIPT`, :data:`RENEW_CLAIM`, ...) into one conditional
 statement each. The Redis backend runs the same tables in its Lua scripts
-(:mod:`remit_core.store.redis`), the one second copy: ``tests/test_store_decisions.py``
+(:mod:`remit_core.store.redis`), the one second copy: ``tests/test_store_model.py``
 drives random records and requests through these functions and through every backend
 (the Lua scripts on a real Redis) and compares the verdicts.
 

@@ -637,7 +637,7 @@ return 1
 """
 
 # The decision scripts below (_START_RECEIPT ... _RELEASE_CLAIM) are the one second copy of
-# remit_core.store.decisions; tests/test_store_decisions.py checks them against it.
+# remit_core.store.decisions; tests/test_store_model.py checks them against it.
 
 # decisions.start_receipt
 # KEYS: 1 rc, 2 rcs, 3 known. ARGV: 1 P, 2 key, 3 run, 4 step, 5 name, 6 ordinal, 7 owner,
