@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -40,6 +41,17 @@ Hold = Callable[[str], None]
 
 def _no_hold(point: str) -> None:
     return None
+
+
+def _line(schema: Any, *nodes: Callable[..., Any]) -> Any:
+    """START -> ``nodes`` in their order -> END, on ``schema``; a node is named after its
+    function."""
+    g: Any = StateGraph(schema)
+    for node in nodes:
+        g.add_node(node.__name__, node)
+    for a, b in pairwise([START, *(node.__name__ for node in nodes), END]):
+        g.add_edge(a, b)
+    return g
 
 
 def flow_graph(ledger: str, *, ask: bool = True, hold: Hold = _no_hold) -> Any:
@@ -78,15 +90,7 @@ def flow_graph(ledger: str, *, ask: bool = True, hold: Hold = _no_hold) -> Any:
         hold("start-c")
         return {"log": s["log"] + "!"}
 
-    g: Any = StateGraph(State)
-    g.add_node("a", a)
-    g.add_node("b", b)
-    g.add_node("c", c)
-    g.add_edge(START, "a")
-    g.add_edge("a", "b")
-    g.add_edge("b", "c")
-    g.add_edge("c", END)
-    return g
+    return _line(State, a, b, c)
 
 
 def cv_graph(ledger: str, *, hold: Hold = _no_hold) -> Any:
@@ -104,15 +108,7 @@ def cv_graph(ledger: str, *, hold: Hold = _no_hold) -> Any:
         note(ledger, "enter c")
         return {"log": "done"}
 
-    g: Any = StateGraph(Account)
-    g.add_node("ok", ok)
-    g.add_node("bad", bad)
-    g.add_node("c", c)
-    g.add_edge(START, "ok")
-    g.add_edge("ok", "bad")
-    g.add_edge("bad", "c")
-    g.add_edge("c", END)
-    return g
+    return _line(Account, ok, bad, c)
 
 
 def fork_graph(ledger: str, *, hold: Hold = _no_hold) -> Any:
@@ -126,13 +122,7 @@ def fork_graph(ledger: str, *, hold: Hold = _no_hold) -> Any:
         note(ledger, "enter b")
         return {"x": s["x"] * 2}
 
-    g: Any = StateGraph(State)
-    g.add_node("a", a)
-    g.add_node("b", b)
-    g.add_edge(START, "a")
-    g.add_edge("a", "b")
-    g.add_edge("b", END)
-    return g
+    return _line(State, a, b)
 
 
 GRAPHS: dict[str, Callable[..., Any]] = {
