@@ -23,9 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from remit_check import CellResult, CheckEnv, Matrix
+    from remit_check import CellResult
+    from remit_check.tally import Tally
 
 T = TypeVar("T")
+
+#: a scenario's layer as it travels to a child: (factory spec, the remit store URL or None)
+Layer = tuple[str, str | None]
 
 
 def note(ledger: str, line: str) -> None:
@@ -162,28 +166,24 @@ def copies(directory: Path, n: int) -> list[Path]:
     return made
 
 
-def recover_twice(matrix: Matrix, env: CheckEnv, layer: str, *, crash: Callable[[Path], T],
-                  recover: Callable[[Path, T], Any], finished: Callable[[Any], bool],
+def recover_twice(t: Tally, lay: Layer, *, crash: Callable[[Layer, Path], T],
+                  recover: Callable[[Layer, Path, T], Any], finished: Callable[[Any], bool],
                   agreed: str) -> list[CellResult]:
-    """RD, the same way for every framework: per rep, ``crash(directory)`` leaves a crashed
-    run (and returns what names it), the directory is copied twice, and
-    ``recover(copy, name)`` recovers each copy in a fresh process. The cell holds when the
-    two recoveries return the same and the first ``finished``. (On the remit layer the
-    copies are SQLite files, also under ``--store``: the summary says so.)"""
-    same = 0
-    for d in env.rep_dirs("recover-twice"):
-        name = crash(d)
-        got = [recover(c, name) for c in copies(d, 2)]
-        same += got[0] == got[1] and finished(got[0])
-    n = env.reps
-    where = " (on SQLite copies)" if layer == "remit" else ""
-    return [matrix.cell(layer, "recover-twice", "RD", same == n,
-                        {"recoveries_equal": same, "reps": n},
-                        f"two recoveries of one crash {agreed} in {same} of {n} reps{where}")]
-
-
-#: a scenario's layer as it travels to a child: (factory spec, the remit store URL or None)
-Layer = tuple[str, str | None]
+    """RD, the same way for every framework: per rep, ``crash(layer, directory)`` leaves a
+    crashed run (and returns what names it), the directory is copied twice, and
+    ``recover(layer, copy, name)`` recovers each copy in a fresh process. The cell holds
+    when the two recoveries return the same and the first ``finished``. Copies need a file
+    store, so ``layer`` is ``lay`` without its store URL: on the remit layer the copies are
+    SQLite files, also under ``--store`` (the summary says so)."""
+    files: Layer = (lay[0], None)
+    for d in t.dirs():
+        name = crash(files, d)
+        got = [recover(files, c, name) for c in copies(d, 2)]
+        t.add(recoveries_equal=got[0] == got[1] and finished(got[0]))
+    where = " (on SQLite copies)" if t.layer == "remit" else ""
+    return [t.cell("RD", t["recoveries_equal"] == t.n, ["recoveries_equal"],
+                   "two recoveries of one crash {agreed} in {recoveries_equal} of {reps} reps"
+                   "{where}", agreed=agreed, where=where)]
 
 
 def use_layer(layer: Layer) -> Callable[..., Any]:

@@ -25,6 +25,7 @@ from remit_check import CellResult, CheckEnv, Matrix, Scenario, harness
 from remit_check.crewai import FRAMEWORK
 from remit_check.crewai.flows import flows, kill_pipe
 from remit_check.harness import Children, Layer, count, lines, quiet_children
+from remit_check.tally import Tally, scenario
 from remit_core import ConsumeConflict, StateValidationError
 
 WAIT = 60.0
@@ -112,15 +113,18 @@ quiet_children()
 MATRIX = Matrix(FRAMEWORK)
 
 
-def _crash_and_resume(env: CheckEnv, lay: Layer, name: str, point: str,
-                      d: Path | None = None) -> tuple[Path, str, tuple[Any, ...]]:
-    d = d or env.fresh_dir(point)
-    ledger = d / "ledger"
+def _order(lay: Layer, d: Path, fid: str, **inputs: Any) -> tuple[Any, ...]:
+    """:func:`kickoff`'s arguments for a first kickoff of the order flow ``fid`` in ``d``,
+    with ``d``'s ledger."""
+    return (lay, str(d), "order", {"id": fid, "ledger": str(d / "ledger"), **inputs})
+
+
+def _crash_and_resume(env: CheckEnv, lay: Layer, d: Path,
+                      point: str) -> tuple[Path, str, tuple[Any, ...]]:
     fid = env.new_id("order")
-    CHILDREN.crash(kickoff, (lay, str(d), "order",
-                             {"id": fid, "ledger": str(ledger), "hang": point}), point)
+    CHILDREN.crash(kickoff, _order(lay, d, fid, hang=point), point)
     got = CHILDREN.call(kickoff, (lay, str(d), "order", {"id": fid, "hang": ""}))
-    return ledger, fid, got
+    return d / "ledger", fid, got
 
 
 def _park(env: CheckEnv, lay: Layer, d: Path) -> str:
@@ -131,146 +135,119 @@ def _park(env: CheckEnv, lay: Layer, d: Path) -> str:
     return fid
 
 
-@MATRIX.scenario("kill-after-effect", "EO", "PC")
-def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    charges = reruns = finished = 0
-    for _ in range(env.reps):
-        ledger, _, got = _crash_and_resume(env, lay, "order", "after-effect")
+@scenario(MATRIX, "kill-after-effect", "EO", "PC")
+def kill_after_effect(t: Tally, lay: Layer) -> list[CellResult]:
+    for d in t.dirs("after-effect"):
+        ledger, _, got = _crash_and_resume(t.env, lay, d, "after-effect")
         entries = lines(ledger)
-        charges += count(entries, "effect charge")
-        reruns += count(entries, "enter begin") - 1
-        finished += got[0] == "finished"
-    n = env.reps
+        t.add(effect_calls=count(entries, "effect charge"),
+              completed_method_reruns=count(entries, "enter begin") - 1,
+              finished=got[0] == "finished")
+    all_finished = t["finished"] == t.n
     return [
-        MATRIX.cell(layer, "kill-after-effect", "EO", charges == n and finished == n,
-                    {"effect_calls": charges, "finished": finished, "reps": n},
-                    f"charge fired {charges} times in {n} reps; {finished} of {n} flows finished"),
-        MATRIX.cell(layer, "kill-after-effect", "PC", reruns == 0 and finished == n,
-                    {"completed_method_reruns": reruns, "reps": n},
-                    f"completed methods ran again {reruns} times in {n} reps"),
+        t.cell("EO", t["effect_calls"] == t.n and all_finished, ["effect_calls", "finished"],
+               "charge fired {effect_calls} times in {reps} reps; {finished} of {reps} flows "
+               "finished"),
+        t.cell("PC", t["completed_method_reruns"] == 0 and all_finished,
+               ["completed_method_reruns"],
+               "completed methods ran again {completed_method_reruns} times in {reps} reps"),
     ]
 
 
-@MATRIX.scenario("kill-after-effect", "LV")
-def owner_dies(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+@scenario(MATRIX, "kill-after-effect", "LV")
+def owner_dies(t: Tally, lay: Layer) -> list[CellResult]:
     """LV: the resume that won is SIGKILLed after its effect; kickoff(id) finishes it."""
-    lay = env.layer(factory)
-    finished = shipped = 0
-    for d in env.rep_dirs("owner-dies"):
-        fid = _park(env, lay, d)
+    for d in t.dirs("owner-dies"):
+        fid = _park(t.env, lay, d)
         CHILDREN.crash(resume_feedback, (lay, str(d), fid, "claimed"), "deliver")
         got = CHILDREN.call(kickoff, (lay, str(d), "review", {"id": fid, "hang": ""}))
-        finished += got[0] == "finished" and got[1] == "shipped claimed"
-        shipped += count(lines(d / "ledger"), "effect ship")
-    n = env.reps
-    return [MATRIX.cell(layer, "kill-after-effect", "LV", finished == n and shipped == n,
-                        {"finished_with_claimed_value": finished, "gated_effect_calls": shipped,
-                         "reps": n},
-                        f"a resume killed after its effect: finished with its value in {finished} "
-                        f"of {n} reps; effect fired {shipped} times")]
+        t.add(finished_with_claimed_value=got[0] == "finished" and got[1] == "shipped claimed",
+              gated_effect_calls=count(lines(d / "ledger"), "effect ship"))
+    return [t.cell("LV", t["finished_with_claimed_value"] == t["gated_effect_calls"] == t.n,
+                   ["finished_with_claimed_value", "gated_effect_calls"],
+                   "a resume killed after its effect: finished with its value in "
+                   "{finished_with_claimed_value} of {reps} reps; effect fired "
+                   "{gated_effect_calls} times")]
 
 
-@MATRIX.scenario("kill-between-steps", "PC")
-def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    reruns = charges = finished = 0
-    for _ in range(env.reps):
-        ledger, _, got = _crash_and_resume(env, lay, "order", "between")
+@scenario(MATRIX, "kill-between-steps", "PC")
+def kill_between_steps(t: Tally, lay: Layer) -> list[CellResult]:
+    for d in t.dirs("between"):
+        ledger, _, got = _crash_and_resume(t.env, lay, d, "between")
         entries = lines(ledger)
-        reruns += count(entries, "enter begin") - 1 + count(entries, "enter pay") - 1
-        charges += count(entries, "effect charge")
-        finished += got[0] == "finished"
-    n = env.reps
-    return [MATRIX.cell(layer, "kill-between-steps", "PC", reruns == 0 and finished == n,
-                        {"completed_method_reruns": reruns, "effect_calls": charges, "reps": n},
-                        f"begin and pay ran again {reruns} times in {n} reps; charge fired "
-                        f"{charges} times")]
+        t.add(completed_method_reruns=count(entries, "enter begin") - 1
+              + count(entries, "enter pay") - 1,
+              effect_calls=count(entries, "effect charge"), finished=got[0] == "finished")
+    return [t.cell("PC", t["completed_method_reruns"] == 0 and t["finished"] == t.n,
+                   ["completed_method_reruns", "effect_calls"],
+                   "begin and pay ran again {completed_method_reruns} times in {reps} reps; "
+                   "charge fired {effect_calls} times")]
 
 
-@MATRIX.scenario("k-resumes", "CO-k")
-def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    delivered = ran = 0
-    for d in env.rep_dirs("k-resumes"):
-        fid = _park(env, lay, d)
+@scenario(MATRIX, "k-resumes", "CO-k")
+def k_resumes(t: Tally, lay: Layer) -> list[CellResult]:
+    for d in t.dirs():
+        fid = _park(t.env, lay, d)
         outcomes = CHILDREN.race(resume_feedback,
-                                 [(lay, str(d), fid, f"v{i}") for i in range(env.k)])
-        ran += count(lines(d / "ledger"), "effect ship")
-        delivered += outcomes.count("won")
-    n = env.reps
-    return [MATRIX.cell(layer, "k-resumes", "CO-k", ran == n and delivered == n,
-                        {"gated_effect_calls": ran, "resumes_that_ran": delivered, "k": env.k,
-                         "reps": n},
-                        f"{env.k} racing resumes: gated effect fired {ran} times in {n} reps")]
+                                 [(lay, str(d), fid, f"v{i}") for i in range(t.env.k)])
+        t.add(gated_effect_calls=count(lines(d / "ledger"), "effect ship"),
+              resumes_that_ran=outcomes.count("won"))
+    return [t.cell("CO-k", t["gated_effect_calls"] == t["resumes_that_ran"] == t.n,
+                   ["gated_effect_calls", "resumes_that_ran", "k"],
+                   "{k} racing resumes: gated effect fired {gated_effect_calls} times in {reps} "
+                   "reps")]
 
 
-@MATRIX.scenario("second-resume", "CO")
-def second_resume(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    ran = 0
-    for d in env.rep_dirs("second-resume"):
-        fid = _park(env, lay, d)
-        CHILDREN.call(stale_handles, (lay, str(d), fid))
-        ran += count(lines(d / "ledger"), "effect ship")
-    n = env.reps
-    return [MATRIX.cell(layer, "second-resume", "CO", ran == n,
-                        {"gated_effect_calls": ran, "reps": n},
-                        f"two stale handles, both resumed: gated effect fired {ran} times in {n} "
-                        "reps")]
+@scenario(MATRIX, "second-resume", "CO")
+def second_resume(t: Tally, lay: Layer) -> list[CellResult]:
+    for d in t.dirs():
+        CHILDREN.call(stale_handles, (lay, str(d), _park(t.env, lay, d)))
+        t.add(gated_effect_calls=count(lines(d / "ledger"), "effect ship"))
+    return [t.cell("CO", t["gated_effect_calls"] == t.n, ["gated_effect_calls"],
+                   "two stale handles, both resumed: gated effect fired {gated_effect_calls} "
+                   "times in {reps} reps")]
 
 
-@MATRIX.scenario("invalid-state", "CV")
-def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    stored = stuck = 0
-    for d in env.rep_dirs("invalid-state"):
-        fid = env.new_id("cv")
+@scenario(MATRIX, "invalid-state", "CV")
+def invalid_state(t: Tally, lay: Layer) -> list[CellResult]:
+    for d in t.dirs():
+        fid = t.env.new_id("cv")
         with CHILDREN.one() as pool:
-            pool.apply(kickoff, (lay, str(d), "order",
-                                 {"id": fid, "ledger": str(d / "ledger"), "value": "many"}))
-            backend = flows(lay, str(d))["backend"]
-            latest = backend.load_state(fid)
-            stored += latest is not None and latest.get("count") == "many"
+            pool.apply(kickoff, _order(lay, d, fid, value="many"))
+            latest = flows(lay, str(d))["backend"].load_state(fid)
             again = pool.apply(kickoff, (lay, str(d), "order", {"id": fid, "value": 3}))
-        stuck += again[0] != "finished"
-    n = env.reps
-    return [MATRIX.cell(layer, "invalid-state", "CV", stored == 0 and stuck == 0,
-                        {"invalid_persisted": stored, "not_resumable_after": stuck, "reps": n},
-                        f"count='many' stored in {stored} of {n} reps; flow not resumable "
-                        f"afterwards in {stuck}")]
+        t.add(invalid_persisted=latest is not None and latest.get("count") == "many",
+              not_resumable_after=again[0] != "finished")
+    return [t.cell("CV", t["invalid_persisted"] == t["not_resumable_after"] == 0,
+                   ["invalid_persisted", "not_resumable_after"],
+                   "count='many' stored in {invalid_persisted} of {reps} reps; flow not "
+                   "resumable afterwards in {not_resumable_after}")]
 
 
-@MATRIX.scenario("fork-twice", "FI/FD")
-def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    same = 0
-    for d in env.rep_dirs("fork-twice"):
-        source = env.new_id("source")
+@scenario(MATRIX, "fork-twice", "FI/FD")
+def fork_twice(t: Tally, lay: Layer) -> list[CellResult]:
+    for d in t.dirs():
+        source = t.env.new_id("source")
         with CHILDREN.one() as pool:
-            pool.apply(kickoff, (lay, str(d), "order", {"id": source, "ledger": str(d / "ledger")}))
-            a = pool.apply(fork_flow, (lay, str(d), source))
-            b = pool.apply(fork_flow, (lay, str(d), source))
-        same += a == b
-    n = env.reps
-    return [MATRIX.cell(layer, "fork-twice", "FI/FD", same == n, {"forks_equal": same, "reps": n},
-                        f"two forks of one state had the same id and state in {same} of {n} reps")]
+            pool.apply(kickoff, _order(lay, d, source))
+            forks = [pool.apply(fork_flow, (lay, str(d), source)) for _ in range(2)]
+        t.add(forks_equal=forks[0] == forks[1])
+    return [t.cell("FI/FD", t["forks_equal"] == t.n, ["forks_equal"],
+                   "two forks of one state had the same id and state in {forks_equal} of {reps} "
+                   "reps")]
 
 
-@MATRIX.scenario("recover-twice", "RD")
-def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, None)  # copies need a file store: SQLite for remit
-
-    def crash(d: Path) -> str:
-        fid = env.new_id("rd")
-        CHILDREN.crash(kickoff, (lay, str(d), "order", {"id": fid, "ledger": str(d / "ledger"),
-                                                         "hang": "between"}), "between")
+@scenario(MATRIX, "recover-twice", "RD")
+def recover_twice(t: Tally, lay: Layer) -> list[CellResult]:
+    def crash(files: Layer, d: Path) -> str:
+        fid = t.env.new_id("rd")
+        CHILDREN.crash(kickoff, _order(files, d, fid, hang="between"), "between")
         return fid
 
-    def recover(copy: Path, fid: str) -> Any:
-        return CHILDREN.call(kickoff, (lay, str(copy), "order", {"id": fid, "hang": ""}))
+    def recover(files: Layer, copy: Path, fid: str) -> Any:
+        return CHILDREN.call(kickoff, (files, str(copy), "order", {"id": fid, "hang": ""}))
 
-    return harness.recover_twice(MATRIX, env, layer, crash=crash, recover=recover,
+    return harness.recover_twice(t, lay, crash=crash, recover=recover,
                                  finished=lambda got: bool(got[0] == "finished"),
                                  agreed="gave the same result and state")
 

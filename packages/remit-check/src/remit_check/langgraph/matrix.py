@@ -71,6 +71,7 @@ from remit_check import STORE_ENV, CellResult, CheckEnv, Matrix, Scenario
 from remit_check.harness import Layer, count, forkserver, lines, use_layer
 from remit_check.langgraph import FRAMEWORK, LAYERS, STOCK_MISSING, layer_unavailable
 from remit_check.langgraph.graphs import BAD, GRAPHS, INPUTS, SCHEMAS, fork_graph
+from remit_check.tally import Tally
 
 WAIT = 90.0
 """Seconds a child may take to answer one command before the scenario gives up."""
@@ -388,14 +389,13 @@ def _close_pool() -> None:
 MATRIX = Matrix(FRAMEWORK)
 
 
-class Run:
-    """One scenario on one layer: its directory, the layer as children see it, the pool."""
+class Run(Tally):
+    """One scenario on one layer: its tally, its directory, the layer as children see it,
+    the pool."""
 
     def __init__(self, env: CheckEnv, layer: str, factory: str, fault: str, *,
                  file_store: bool = False) -> None:
-        self.env = env
-        self.layer = layer
-        self.fault = fault
+        super().__init__(MATRIX, env, layer, fault)
         self.dir = env.fresh_dir(fault)
         self.lay: Layer = (factory, None if file_store else os.environ.get(STORE_ENV))
         self.pool = pool(env.k)
@@ -408,9 +408,23 @@ class Run:
     def ledger(self, thread: str) -> Path:
         return self.dir / f"{thread}.ledger"
 
-    def cell(self, prop: str, ok: bool, counts: dict[str, int], summary: str,
-             detail: str = "") -> CellResult:
-        return MATRIX.cell(self.layer, self.fault, prop, ok, counts, summary, detail)
+    def call(self, command: str, **kwargs: Any) -> Any:
+        """``command`` in the next worker: consecutive steps run in different processes."""
+        return self.pool.next().call(command, **kwargs)
+
+    def start(self, kind: str, prefix: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """A new thread of ``kind`` (id ``prefix-...``) run from its input in the next worker:
+        its id, its :meth:`args`, and how that run ended."""
+        thread = self.env.new_id(prefix)
+        args = self.args(kind, thread)
+        return thread, args, self.call("run", inp=("start",), **args)
+
+    def inspect(self, kind: str, thread: str, directory: Path | None = None) -> dict[str, Any]:
+        """What the store holds for ``thread`` (:func:`inspect_thread`)."""
+        d = self.dir if directory is None else directory
+        seen: dict[str, Any] = self.call("inspect_thread", layer=self.lay, directory=str(d),
+                                         kind=kind, thread=thread)
+        return seen
 
 
 def _recover(r: Run, w: Worker, kind: str, thread: str) -> tuple[dict[str, Any], int]:
@@ -431,214 +445,177 @@ def _recover(r: Run, w: Worker, kind: str, thread: str) -> tuple[dict[str, Any],
 @MATRIX.scenario("kill-after-effect", "EO", "PC", "LV")
 def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "kill-after-effect")
-    calls = reruns = continued = claimed_value = refused = not_reached = 0
-    notes: list[str] = []
-    for rep in range(env.reps):
+    for rep in range(r.n):
         thread = env.new_id("eo")
         value = 7 + rep
         args = r.args("flow", thread)
         # 1. SIGKILL inside b, right after pay returned; 2. invoke(None) in a fresh child
         w, early = r.pool.crash("after-pay", inp=("start",), **args)
-        not_reached += early is not None
+        r.add(not_reached=early is not None)
         parked = w.call("run", inp=("none",), **args)
-        continued += parked["outcome"] == "ok" and bool(parked.get("parked"))
+        r.add(continued_at_frontier=parked["outcome"] == "ok" and bool(parked.get("parked")))
         if not parked.get("parked"):
-            notes.append(f"rep {rep}: recovery did not continue to b's interrupt: {parked}")
+            r.notes.append(f"rep {rep}: recovery did not continue to b's interrupt: {parked}")
         # 3. resume; SIGKILL the resumer right after charge; 4. recover from fresh children
         w, early = r.pool.crash("after-charge", inp=("resume", value), **args)
-        not_reached += early is not None
-        out, n_refused = _recover(r, w, "flow", thread)
-        refused += n_refused
+        out, refused = _recover(r, w, "flow", thread)
         entries = lines(r.ledger(thread))
-        calls += count(entries, "effect ")
-        reruns += count(entries, "enter a") - 1
         done = out["outcome"] == "ok" and not out.get("parked")
-        claimed_value += done and out["values"].get("x") == 2 + value
+        r.add(not_reached=early is not None, recoveries_refused=refused,
+              effect_calls=count(entries, "effect "),
+              completed_node_reruns=count(entries, "enter a") - 1,
+              finished_with_claimed_value=done and out["values"].get("x") == 2 + value)
         if out.get("parked"):
-            notes.append(f"rep {rep}: recovery parked on interrupt() again: the resume value "
-                         "given to the killed resumer was lost")
+            r.notes.append(f"rep {rep}: recovery parked on interrupt() again: the resume value "
+                           "given to the killed resumer was lost")
         elif not done:
-            notes.append(f"rep {rep}: recovery ended with {out}")
-    n = env.reps
-    detail = "\n".join(notes)
-    if not_reached:
-        detail += f"\n{not_reached} kill points were not reached"
+            r.notes.append(f"rep {rep}: recovery ended with {out}")
+    detail = "\n".join(r.notes)
+    if r["not_reached"]:
+        detail += f"\n{r['not_reached']} kill points were not reached"
     return [
-        r.cell("EO", calls == 2 * n and not_reached == 0,
-               {"effect_calls": calls, "effect_calls_declared": 2 * n, "kills": 2 * n,
-                "reps": n},
-               f"2 effects fired {calls} times over {2 * n} kills in {n} reps", detail),
-        r.cell("PC", reruns == 0 and continued == n,
-               {"completed_node_reruns": reruns, "continued_at_frontier": continued,
-                "reps": n},
-               f"completed node a re-ran {reruns} times; recovery went on from b in "
-               f"{continued} of {n} reps", detail),
-        r.cell("LV", claimed_value == n,
-               {"finished_with_claimed_value": claimed_value, "recoveries_refused": refused,
-                "reps": n},
-               f"resumer killed holding the resume: finished with its value in "
-               f"{claimed_value} of {n} reps ({refused} tries refused while its lease ran)",
-               detail),
+        r.cell("EO", r["effect_calls"] == 2 * r.n and r["not_reached"] == 0,
+               ["effect_calls", "effect_calls_declared", "kills"],
+               "2 effects fired {effect_calls} times over {kills} kills in {reps} reps", detail,
+               effect_calls_declared=2 * r.n, kills=2 * r.n),
+        r.cell("PC", r["completed_node_reruns"] == 0 and r["continued_at_frontier"] == r.n,
+               ["completed_node_reruns", "continued_at_frontier"],
+               "completed node a re-ran {completed_node_reruns} times; recovery went on from b "
+               "in {continued_at_frontier} of {reps} reps", detail),
+        r.cell("LV", r["finished_with_claimed_value"] == r.n,
+               ["finished_with_claimed_value", "recoveries_refused"],
+               "resumer killed holding the resume: finished with its value in "
+               "{finished_with_claimed_value} of {reps} reps ({recoveries_refused} tries "
+               "refused while its lease ran)", detail),
     ]
 
 
 @MATRIX.scenario("kill-between-steps", "PC")
 def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "kill-between-steps")
-    reruns = finished = not_reached = 0
-    notes: list[str] = []
-    for rep in range(env.reps):
-        thread = env.new_id("pc")
+    for rep in range(r.n):
+        thread, args, _ = r.start("flow", "pc")
         value = 5 + rep
-        args = r.args("flow", thread)
-        r.pool.next().call("run", inp=("start",), **args)
         w, early = r.pool.crash("start-c", inp=("resume", value), **args)
-        not_reached += early is not None
         out, _ = _recover(r, w, "flow", thread)
         entries = lines(r.ledger(thread))
-        # b's part after interrupt() and a are completed work once c has started
-        reruns += count(entries, "after-interrupt b") - 1 + count(entries, "enter a") - 1
         done = (out["outcome"] == "ok" and not out.get("parked")
                 and out["values"].get("x") == 2 + value)
-        finished += done
+        # b's part after interrupt() and a are completed work once c has started
+        r.add(not_reached=early is not None, finished=done,
+              completed_step_reruns=count(entries, "after-interrupt b") - 1
+              + count(entries, "enter a") - 1)
         if not done:
-            notes.append(f"rep {rep}: recovery ended with {out}")
-    n = env.reps
-    return [r.cell("PC", reruns == 0 and finished == n and not_reached == 0,
-                   {"completed_step_reruns": reruns, "finished": finished, "reps": n},
-                   f"killed at the start of c: completed steps re-ran {reruns} times; "
-                   f"{finished} of {n} runs finished", "\n".join(notes))]
+            r.notes.append(f"rep {rep}: recovery ended with {out}")
+    return [r.cell("PC", r["completed_step_reruns"] == 0 and r["finished"] == r.n
+                   and r["not_reached"] == 0, ["completed_step_reruns", "finished"],
+                   "killed at the start of c: completed steps re-ran {completed_step_reruns} "
+                   "times; {finished} of {reps} runs finished")]
 
 
 @MATRIX.scenario("k-resumes", "CO-k")
 def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "k-resumes")
-    k = env.k
-    proceeded = gated = accepted = errors = 0
     per_rep: list[int] = []
-    notes: list[str] = []
-    for rep in range(env.reps):
-        thread = env.new_id("co-k")
-        args = r.args("flow", thread)
-        r.pool.next().call("run", inp=("start",), **args)
-        outs = r.pool.race([100 + i for i in range(k)], **args)
+    for rep in range(r.n):
+        thread, args, _ = r.start("flow", "co-k")
+        outs = r.pool.race([100 + i for i in range(env.k)], **args)
         entries = lines(r.ledger(thread))
-        ran = count(entries, "after-interrupt b")
-        proceeded += ran
-        fired = count(entries, "effect charge")
-        gated += fired
-        per_rep.append(fired)
-        accepted += sum(o["outcome"] == "ok" for o in outs)
+        per_rep.append(count(entries, "effect charge"))
         odd = [o for o in outs if o["outcome"] not in ("ok", "ConsumeConflict")]
-        errors += len(odd)
-        notes.extend(f"rep {rep}: {o['outcome']}: {o.get('message')}" for o in odd)
-    n = env.reps
-    return [r.cell("CO-k", gated == n and proceeded == n and accepted == n,
-                   {"gated_effect_calls": gated, "after_interrupt_runs": proceeded,
-                    "resumes_accepted": accepted, "other_errors": errors, "k": k, "reps": n},
-                   f"{k} racing resumes: gated effect fired {gated} times in {n} reps "
-                   f"({', '.join(map(str, per_rep))}); {accepted} accepted",
-                   "\n".join(notes))]
+        r.add(gated_effect_calls=per_rep[-1],
+              after_interrupt_runs=count(entries, "after-interrupt b"),
+              resumes_accepted=sum(o["outcome"] == "ok" for o in outs), other_errors=len(odd))
+        r.notes.extend(f"rep {rep}: {o['outcome']}: {o.get('message')}" for o in odd)
+    return [r.cell("CO-k", r["gated_effect_calls"] == r.n and r["after_interrupt_runs"] == r.n
+                   and r["resumes_accepted"] == r.n,
+                   ["gated_effect_calls", "after_interrupt_runs", "resumes_accepted",
+                    "other_errors", "k"],
+                   "{k} racing resumes: gated effect fired {gated_effect_calls} times in {reps} "
+                   "reps ({per_rep}); {resumes_accepted} accepted",
+                   per_rep=", ".join(map(str, per_rep)))]
 
 
 @MATRIX.scenario("second-resume", "CO")
 def second_resume(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "second-resume")
-    refused = recorded = extra = 0
-    for rep in range(env.reps):
-        thread = env.new_id("co")
-        args = r.args("flow", thread)
-        r.pool.next().call("run", inp=("start",), **args)
-        first = r.pool.next().call("run", inp=("resume", 1), **args)
+    for rep in range(r.n):
+        thread, args, _ = r.start("flow", "co")
+        first = r.call("run", inp=("resume", 1), **args)
         if first["outcome"] != "ok":
             raise ChildError(f"the first resume failed: {first}")
         late = 900 + rep
-        second = r.pool.next().call("run", inp=("resume", late), **args)
-        refused += second["outcome"] == "ConsumeConflict"
-        seen = r.pool.next().call("inspect_thread", layer=r.lay, directory=str(r.dir),
-                                  kind="flow", thread=thread)
-        recorded += any(str(late) in v for v in seen["resumes"])
+        second = r.call("run", inp=("resume", late), **args)
+        seen = r.inspect("flow", thread)
         entries = lines(r.ledger(thread))
-        extra += count(entries, "after-interrupt b") - 1 + count(entries, "effect charge") - 1
-    n = env.reps
-    return [r.cell("CO", refused == n and recorded == 0 and extra == 0,
-                   {"second_resumes_refused": refused, "second_values_stored": recorded,
-                    "extra_runs": extra, "reps": n},
-                   f"second resume refused in {refused} of {n} reps; stored silently in "
-                   f"{recorded}")]
+        r.add(second_resumes_refused=second["outcome"] == "ConsumeConflict",
+              second_values_stored=any(str(late) in v for v in seen["resumes"]),
+              extra_runs=count(entries, "after-interrupt b") - 1
+              + count(entries, "effect charge") - 1)
+    return [r.cell("CO", r["second_resumes_refused"] == r.n and r["second_values_stored"] == 0
+                   and r["extra_runs"] == 0,
+                   ["second_resumes_refused", "second_values_stored", "extra_runs"],
+                   "second resume refused in {second_resumes_refused} of {reps} reps; stored "
+                   "silently in {second_values_stored}")]
 
 
 @MATRIX.scenario("invalid-state", "CV")
 def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "invalid-state")
-    refused = stored = unreadable = 0
     raised: set[str] = set()
-    for _ in range(env.reps):
-        thread = env.new_id("cv")
-        out = r.pool.next().call("run", inp=("start",), **r.args("cv", thread))
-        refused += out["outcome"] == "StateValidationError"
+    for _ in range(r.n):
+        thread, _, out = r.start("cv", "cv")
         raised.add(out["outcome"])
-        seen = r.pool.next().call("inspect_thread", layer=r.lay, directory=str(r.dir),
-                                  kind="cv", thread=thread)
-        stored += seen["bad_stored"] > 0
-        unreadable += "unreadable" in seen or seen.get("values", {}).get("x") != 2
-    n = env.reps
-    return [r.cell("CV", refused == n and stored == 0 and unreadable == 0,
-                   {"refused": refused, "invalid_stored": stored, "thread_unreadable": unreadable,
-                    "reps": n},
-                   f"invalid write stored in {stored} of {n} reps, refused in {refused}; "
-                   f"thread unreadable in {unreadable}",
+        seen = r.inspect("cv", thread)
+        r.add(refused=out["outcome"] == "StateValidationError",
+              invalid_stored=seen["bad_stored"] > 0,
+              thread_unreadable="unreadable" in seen or seen.get("values", {}).get("x") != 2)
+    return [r.cell("CV", r["refused"] == r.n and r["invalid_stored"] == 0
+                   and r["thread_unreadable"] == 0,
+                   ["refused", "invalid_stored", "thread_unreadable"],
+                   "invalid write stored in {invalid_stored} of {reps} reps, refused in "
+                   "{refused}; thread unreadable in {thread_unreadable}",
                    "the run ended with: " + ", ".join(sorted(raised)))]
 
 
 @MATRIX.scenario("fork-twice", "FI/FD")
 def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "fork-twice")
-    same_id = same_state = own_value = 0
-    notes: list[str] = []
-    for rep in range(env.reps):
+    for rep in range(r.n):
         # FD 1: two children fork the same checkpoint with the same input
-        thread = env.new_id("fd")
-        args = r.args("fork", thread)
-        r.pool.next().call("run", inp=("start",), **args)
-        seen = r.pool.next().call("inspect_thread", layer=r.lay, directory=str(r.dir),
-                                  kind="fork", thread=thread)
+        thread, _, _ = r.start("fork", "fd")
+        seen = r.inspect("fork", thread)
         after_a = [cid for cid, nxt in seen["history"] if nxt == ["b"]]
         if len(after_a) != 1:
             raise ChildError(f"expected one checkpoint before b, found {seen['history']}")
-        forks = [r.pool.next().call("fork_at", layer=r.lay, directory=str(r.dir),
+        forks = [r.call("fork_at", layer=r.lay, directory=str(r.dir),
                                     thread=thread, checkpoint_id=after_a[0], value=42)
                  for _ in range(2)]
-        same_id += forks[0]["id"] == forks[1]["id"]
-        same_state += forks[0]["values"] == forks[1]["values"] == {"x": 42, "log": ""}
+        r.add(forks_same_id=forks[0]["id"] == forks[1]["id"],
+              forks_same_state=forks[0]["values"] == forks[1]["values"] == {"x": 42, "log": ""})
         # FD 2: a fork-addressed resume at an answered interrupt uses its own value
-        thread = env.new_id("fd-resume")
-        args = r.args("flow", thread)
-        parked = r.pool.next().call("run", inp=("start",), **args)
-        at = r.pool.next().call("inspect_thread", layer=r.lay, directory=str(r.dir),
-                                kind="flow", thread=thread)["checkpoint_id"]
-        r.pool.next().call("run", inp=("resume", 1), **args)
-        forked = r.pool.next().call("run", inp=("resume", 2), checkpoint_id=at, fork=True,
+        thread, args, parked = r.start("flow", "fd-resume")
+        at = r.inspect("flow", thread)["checkpoint_id"]
+        r.call("run", inp=("resume", 1), **args)
+        forked = r.call("run", inp=("resume", 2), checkpoint_id=at, fork=True,
                                     **args)
         ok = forked["outcome"] == "ok" and forked["values"].get("x") == 2 + 2
-        own_value += ok
+        r.add(fork_resume_own_value=ok)
         if not ok:
-            notes.append(f"rep {rep}: parked {parked.get('parked')}, fork resume: {forked}")
-    n = env.reps
-    return [r.cell("FI/FD", same_id == n and same_state == n and own_value == n,
-                   {"forks_same_id": same_id, "forks_same_state": same_state,
-                    "fork_resume_own_value": own_value, "reps": n},
-                   f"forked twice: same id in {same_id} of {n} reps, same state in "
-                   f"{same_state}; fork resume used its own value in {own_value}",
-                   "\n".join(notes))]
+            r.notes.append(f"rep {rep}: parked {parked.get('parked')}, fork resume: {forked}")
+    return [r.cell("FI/FD", r["forks_same_id"] == r.n and r["forks_same_state"] == r.n
+                   and r["fork_resume_own_value"] == r.n,
+                   ["forks_same_id", "forks_same_state", "fork_resume_own_value"],
+                   "forked twice: same id in {forks_same_id} of {reps} reps, same state in "
+                   "{forks_same_state}; fork resume used its own value in "
+                   "{fork_resume_own_value}")]
 
 
 @MATRIX.scenario("recover-twice", "RD")
 def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
     r = Run(env, layer, factory, "recover-twice", file_store=True)
-    same = {"state": 0, "nodes": 0, "effects": 0, "ids": 0}
-    finished = 0
-    for rep in range(env.reps):
+    same = ("state", "nodes", "effects", "ids")
+    for rep in range(r.n):
         d = r.dir / f"rep{rep}"
         d.mkdir()
         thread = env.new_id("rd")
@@ -651,27 +628,24 @@ def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
             shutil.copytree(d, copy)
             ledger = copy / f"{thread}.recovery"
             args = {**r.args("straight", thread, copy), "ledger": str(ledger)}
-            out = r.pool.next().call("run", inp=("none",), **args)
-            seen = r.pool.next().call("inspect_thread", layer=r.lay, directory=str(copy),
-                                      kind="straight", thread=thread)
+            out = r.call("run", inp=("none",), **args)
+            seen = r.inspect("straight", thread, copy)
             entries = lines(ledger)
             got.append({"state": seen.get("values"), "ids": seen["ids"],
                         "nodes": [e for e in entries if e.startswith("enter")],
                         "effects": [e for e in entries if e.startswith("effect")],
                         "finished": out["outcome"] == "ok" and not out.get("parked")})
-        finished += got[0]["finished"] and got[1]["finished"]
-        for key in same:
-            same[key] += got[0][key] == got[1][key]
-    n = env.reps
+        r.add(**{f"same_{k}": got[0][k] == got[1][k] for k in same},
+              finished=got[0]["finished"] and got[1]["finished"])
+    differ = [k for k in same if r[f"same_{k}"] < r.n]
+    agreed = ("agreed on state, nodes, effects and ids" if not differ
+              else "differed in " + ", ".join(differ))
     where = (" (SQLite copies; --store not used)"
              if layer != "stock" and os.environ.get(STORE_ENV) else "")
-    differ = [k for k, v in same.items() if v < n]
-    return [r.cell("RD", not differ and finished == n,
-                   {**{f"same_{k}": v for k, v in same.items()}, "finished": finished,
-                    "reps": n},
-                   ("two recoveries of one crash agreed on state, nodes, effects and ids"
-                    if not differ else "two recoveries of one crash differed in "
-                    + ", ".join(differ)) + f" ({n} reps){where}")]
+    return [r.cell("RD", not differ and r["finished"] == r.n,
+                   [*(f"same_{k}" for k in same), "finished"],
+                   "two recoveries of one crash {agreed} ({reps} reps){where}", agreed=agreed,
+                   where=where)]
 
 
 def scenarios() -> list[Scenario]:

@@ -16,13 +16,14 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from pydantic_graph import BaseNode, End
 
-from remit_check import CellResult, CheckEnv, Matrix, Scenario, harness
+from remit_check import CellResult, Matrix, Scenario, harness
 from remit_check.harness import (
     Children,
     Layer,
@@ -50,6 +51,7 @@ from remit_check.pydantic_graph.graphs import (
     order_graph,
     question_graph,
 )
+from remit_check.tally import Tally, scenario
 from remit_core import ConsumeConflict, StateValidationError
 
 WAIT = 30.0  # a child that does not report within this many seconds counts as stuck
@@ -187,8 +189,8 @@ def bulk_writer(factory: Layer, d: str, run_id: str, conn: Connection) -> None:
     asyncio.run(bulk_graph.run(Step(0), state=Bulk(), persistence=p))
 
 
-def fork_and_finish(factory: Layer, d: str, source: str, target: str,
-                    ledger: str) -> tuple[Any, ...]:
+def fork_and_finish(factory: Layer, d: str, source: str, ledger: str,
+                    target: str) -> tuple[Any, ...]:
     """Fork the parked source run at its head snapshot into ``target`` and run it to the end:
     with the persistence's own ``fork`` where it has one (remit's explicit fork), else by
     starting a new history from the snapshot's state."""
@@ -221,57 +223,54 @@ CHILDREN = Children(__name__, WAIT)
 quiet_children()
 MATRIX = Matrix(FRAMEWORK)
 
+Run = tuple[Layer, str, str, str]
+"""A run as the child bodies take it: (layer, directory, run id, ledger)."""
 
-@MATRIX.scenario("kill-after-effect", "EO", "PC")
-def kill_after_effect(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    calls = reruns = finished = 0
-    for d in env.rep_dirs("kill-after-effect"):
+
+def _runs(t: Tally, lay: Layer, prefix: str) -> Iterator[tuple[Path, Run]]:
+    """Per rep: its ledger and a fresh run (id ``prefix-...``) in its fresh directory."""
+    for d in t.dirs():
         ledger = d / "ledger"
-        run_id = env.new_id("order")
-        CHILDREN.crash(run_order, (lay, str(d), run_id, str(ledger), "B"), "charged")  # inside B
-        got = CHILDREN.call(recover, (lay, str(d), run_id, str(ledger)))
+        yield ledger, (lay, str(d), t.env.new_id(prefix), str(ledger))
+
+
+@scenario(MATRIX, "kill-after-effect", "EO", "PC")
+def kill_after_effect(t: Tally, lay: Layer) -> list[CellResult]:
+    for ledger, run in _runs(t, lay, "order"):
+        CHILDREN.crash(run_order, (*run, "B"), "charged")  # inside B
+        got = CHILDREN.call(recover, run)
         entries = lines(ledger)
-        calls += count(entries, "effect charge")
-        reruns += count(entries, "enter A") - 1
-        finished += got[0] == "ok" and got[1] == CLEAN[0]
-    n = env.reps
+        t.add(effect_calls=count(entries, "effect charge"),
+              completed_node_reruns=count(entries, "enter A") - 1,
+              finished=got[0] == "ok" and got[1] == CLEAN[0])
+    all_finished = t["finished"] == t.n
     return [
-        MATRIX.cell(layer, "kill-after-effect", "EO", calls == n and finished == n,
-                    {"effect_calls": calls, "finished": finished, "reps": n},
-                    f"charge fired {calls} times in {n} reps; {finished} of {n} runs finished"),
-        MATRIX.cell(layer, "kill-after-effect", "PC", finished == n and reruns == 0,
-                    {"finished": finished, "completed_node_reruns": reruns, "reps": n},
-                    f"run resumed in {finished} of {n} reps; completed nodes re-ran {reruns} "
-                    "times"),
+        t.cell("EO", t["effect_calls"] == t.n and all_finished, ["effect_calls", "finished"],
+               "charge fired {effect_calls} times in {reps} reps; {finished} of {reps} runs "
+               "finished"),
+        t.cell("PC", all_finished and t["completed_node_reruns"] == 0,
+               ["finished", "completed_node_reruns"],
+               "run resumed in {finished} of {reps} reps; completed nodes re-ran "
+               "{completed_node_reruns} times"),
     ]
 
 
-@MATRIX.scenario("kill-between-steps", "PC")
-def kill_between_steps(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    intact = 0
-    for d in env.rep_dirs("kill-between-steps"):
-        ledger = d / "ledger"
-        run_id = env.new_id("gap")
-        CHILDREN.crash(run_order, (lay, str(d), run_id, str(ledger), "gap"), "gap")
-        got = CHILDREN.call(recover, (lay, str(d), run_id, str(ledger)))
+@scenario(MATRIX, "kill-between-steps", "PC")
+def kill_between_steps(t: Tally, lay: Layer) -> list[CellResult]:
+    for ledger, run in _runs(t, lay, "gap"):
+        CHILDREN.crash(run_order, (*run, "gap"), "gap")
+        got = CHILDREN.call(recover, run)
         entries = lines(ledger)
-        intact += (got[0] == "ok" and got[1] == CLEAN[0]
-                   and count(entries, "effect charge") == 1 and count(entries, "enter A") == 1)
-    n = env.reps
-    return [MATRIX.cell(layer, "kill-between-steps", "PC", intact == n,
-                        {"recovered_intact": intact, "reps": n},
-                        f"recovered with no state lost in {intact} of {n} reps")]
+        t.add(recovered_intact=got[0] == "ok" and got[1] == CLEAN[0]
+              and count(entries, "effect charge") == 1 and count(entries, "enter A") == 1)
+    return [t.cell("PC", t["recovered_intact"] == t.n, ["recovered_intact"],
+                   "recovered with no state lost in {recovered_intact} of {reps} reps")]
 
 
-@MATRIX.scenario("kill-during-write", "PC", "LV")
-def kill_during_write(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    lost = wedged = 0
-    for rep in range(env.reps):
-        d = env.fresh_dir("kill-during-write")
-        run_id = env.new_id("bulk")
+@scenario(MATRIX, "kill-during-write", "PC", "LV")
+def kill_during_write(t: Tally, lay: Layer) -> list[CellResult]:
+    for rep, d in enumerate(t.dirs()):
+        run_id = t.env.new_id("bulk")
         parent, child = CHILDREN.ctx.Pipe()
         proc = CHILDREN.ctx.Process(target=bulk_writer, args=(lay, str(d), run_id),
                            kwargs={"conn": child})
@@ -290,124 +289,86 @@ def kill_during_write(env: CheckEnv, layer: str, factory: str) -> list[CellResul
             proc.join(timeout=WAIT)
         with CHILDREN.one() as pool:
             history = pool.apply(load_history, (lay, str(d), run_id, "bulk"))
-            lost += history[0] != "ok" or history[1] == 0
+            t.add(history_lost=history[0] != "ok" or history[1] == 0)
             resumed = pool.apply_async(recover, (lay, str(d), run_id, "", "bulk"))
             try:
-                got = resumed.get(timeout=WAIT)
-                wedged += got[0] != "ok"
+                t.add(not_resumable=resumed.get(timeout=WAIT)[0] != "ok")
             except mp.TimeoutError:
-                wedged += 1
-    n = env.reps
+                t.add(not_resumable=1)
     return [
-        MATRIX.cell(layer, "kill-during-write", "PC", lost == 0,
-                    {"history_lost": lost, "reps": n},
-                    f"history unloadable or empty after the kill in {lost} of {n} reps"),
-        MATRIX.cell(layer, "kill-during-write", "LV", wedged == 0,
-                    {"not_resumable": wedged, "reps": n},
-                    f"the run could not be resumed afterwards in {wedged} of {n} reps"),
+        t.cell("PC", t["history_lost"] == 0, ["history_lost"],
+               "history unloadable or empty after the kill in {history_lost} of {reps} reps"),
+        t.cell("LV", t["not_resumable"] == 0, ["not_resumable"],
+               "the run could not be resumed afterwards in {not_resumable} of {reps} reps"),
     ]
 
 
-@MATRIX.scenario("k-resumes", "CO-k")
-def k_resumes(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+@scenario(MATRIX, "k-resumes", "CO-k")
+def k_resumes(t: Tally, lay: Layer) -> list[CellResult]:
     """k processes deliver an answer to one parked run at once, with the documented
     human-in-the-loop pattern (load_next, else start a new run)."""
-    lay = env.layer(factory)
-    evaluated = accepted = 0
-    for d in env.rep_dirs("k-resumes"):
-        ledger = d / "ledger"
-        run_id = env.new_id("question")
-        CHILDREN.call(deliver_answer, (lay, str(d), run_id, str(ledger), ""))
-        outcomes = CHILDREN.race(answer_racer, [(lay, str(d), run_id, str(ledger), f"v{i}")
-                                                for i in range(env.k)])
-        evaluated += count(lines(ledger), "enter Evaluate")
-        accepted += sum(o != "conflict" for o in outcomes)
-    n = env.reps
-    return [MATRIX.cell(layer, "k-resumes", "CO-k", evaluated == n and accepted == n,
-                        {"evaluations": evaluated, "deliveries_accepted": accepted, "k": env.k,
-                         "reps": n},
-                        f"{env.k} racing deliveries: evaluated {evaluated} times in {n} reps, "
-                        f"{accepted} accepted without an error")]
+    for ledger, run in _runs(t, lay, "question"):
+        CHILDREN.call(deliver_answer, (*run, ""))
+        outcomes = CHILDREN.race(answer_racer, [(*run, f"v{i}") for i in range(t.env.k)])
+        t.add(evaluations=count(lines(ledger), "enter Evaluate"),
+              deliveries_accepted=sum(o != "conflict" for o in outcomes))
+    return [t.cell("CO-k", t["evaluations"] == t.n and t["deliveries_accepted"] == t.n,
+                   ["evaluations", "deliveries_accepted", "k"],
+                   "{k} racing deliveries: evaluated {evaluations} times in {reps} reps, "
+                   "{deliveries_accepted} accepted without an error")]
 
 
-@MATRIX.scenario("second-resume", "CO")
-def second_resume(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
+@scenario(MATRIX, "second-resume", "CO")
+def second_resume(t: Tally, lay: Layer) -> list[CellResult]:
     """A late second delivery, after the first finished: refused, or silently taken?"""
-    lay = env.layer(factory)
-    taken = 0
-    for d in env.rep_dirs("second-resume"):
-        ledger = d / "ledger"
-        run_id = env.new_id("question")
-        outcomes = []
-        for answer in ("", "first", "second"):
-            outcomes.append(CHILDREN.call(deliver_answer,
-                                          (lay, str(d), run_id, str(ledger), answer)))
-        taken += outcomes[2] != "conflict"
-    n = env.reps
-    return [MATRIX.cell(layer, "second-resume", "CO", taken == 0,
-                        {"late_deliveries_accepted": taken, "reps": n},
-                        f"a late second delivery was accepted without an error in {taken} of {n} "
-                        "reps")]
+    for _, run in _runs(t, lay, "question"):
+        outcomes = [CHILDREN.call(deliver_answer, (*run, answer))
+                    for answer in ("", "first", "second")]
+        t.add(late_deliveries_accepted=outcomes[2] != "conflict")
+    return [t.cell("CO", t["late_deliveries_accepted"] == 0, ["late_deliveries_accepted"],
+                   "a late second delivery was accepted without an error in "
+                   "{late_deliveries_accepted} of {reps} reps")]
 
 
-@MATRIX.scenario("invalid-state", "CV")
-def invalid_state(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    persisted = unloadable = 0
-    for d in env.rep_dirs("invalid-state"):
-        ledger = d / "ledger"
-        run_id = env.new_id("cv")
+@scenario(MATRIX, "invalid-state", "CV")
+def invalid_state(t: Tally, lay: Layer) -> list[CellResult]:
+    for _, run in _runs(t, lay, "cv"):
         with CHILDREN.one() as pool:
             with contextlib.suppress(Exception):
-                pool.apply(run_order, (lay, str(d), run_id, str(ledger), "invalid"))
-            history = pool.apply(load_history, (lay, str(d), run_id))
-        if history[0] != "ok":
-            unloadable += 1
-            persisted += 1
-        elif any("eleven" in s for s in history[2]):
-            persisted += 1
-    n = env.reps
-    return [MATRIX.cell(layer, "invalid-state", "CV", persisted == 0,
-                        {"invalid_persisted": persisted, "history_unloadable": unloadable,
-                         "reps": n},
-                        f"invalid state stored in {persisted} of {n} reps; history unloadable in "
-                        f"{unloadable}")]
+                pool.apply(run_order, (*run, "invalid"))
+            history = pool.apply(load_history, run[:3])  # (layer, directory, run id)
+        unloadable = history[0] != "ok"
+        t.add(invalid_persisted=unloadable or any("eleven" in s for s in history[2]),
+              history_unloadable=unloadable)
+    return [t.cell("CV", t["invalid_persisted"] == 0, ["invalid_persisted", "history_unloadable"],
+                   "invalid state stored in {invalid_persisted} of {reps} reps; history "
+                   "unloadable in {history_unloadable}")]
 
 
-@MATRIX.scenario("fork-twice", "FI/FD")
-def fork_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay = env.layer(factory)
-    same = 0
-    for d in env.rep_dirs("fork-twice"):
-        ledger = d / "ledger"
-        source = env.new_id("source")
-        CHILDREN.crash(run_order, (lay, str(d), source, str(ledger), "c-created"), "c-created")
+@scenario(MATRIX, "fork-twice", "FI/FD")
+def fork_twice(t: Tally, lay: Layer) -> list[CellResult]:
+    for _, source in _runs(t, lay, "source"):
+        CHILDREN.crash(run_order, (*source, "c-created"), "c-created")
         with CHILDREN.one() as pool:
-            a = pool.apply(fork_and_finish, (lay, str(d), source, env.new_id("fork-a"),
-                                             str(ledger)))
-            b = pool.apply(fork_and_finish, (lay, str(d), source, env.new_id("fork-b"),
-                                             str(ledger)))
-        same += a == b
-    n = env.reps
-    return [MATRIX.cell(layer, "fork-twice", "FI/FD", same == n,
-                        {"forks_equal": same, "reps": n},
-                        f"two forks of one snapshot had the same ids and state in {same} of "
-                        f"{n} reps")]
+            a = pool.apply(fork_and_finish, (*source, t.env.new_id("fork-a")))
+            b = pool.apply(fork_and_finish, (*source, t.env.new_id("fork-b")))
+        t.add(forks_equal=a == b)
+    return [t.cell("FI/FD", t["forks_equal"] == t.n, ["forks_equal"],
+                   "two forks of one snapshot had the same ids and state in {forks_equal} of "
+                   "{reps} reps")]
 
 
-@MATRIX.scenario("recover-twice", "RD")
-def recover_twice(env: CheckEnv, layer: str, factory: str) -> list[CellResult]:
-    lay: Layer = (factory, None)  # copies need a file store: SQLite for remit
-
-    def crash(d: Path) -> tuple[str, str]:
-        run_id, ledger = env.new_id("rd"), str(d / "ledger")
-        CHILDREN.crash(run_order, (lay, str(d), run_id, ledger, "c-created"), "c-created")
+@scenario(MATRIX, "recover-twice", "RD")
+def recover_twice(t: Tally, lay: Layer) -> list[CellResult]:
+    def crash(files: Layer, d: Path) -> tuple[str, str]:
+        run_id, ledger = t.env.new_id("rd"), str(d / "ledger")
+        CHILDREN.crash(run_order, (files, str(d), run_id, ledger, "c-created"), "c-created")
         return run_id, ledger
 
-    def recover_copy(copy: Path, run: tuple[str, str]) -> Any:
-        return CHILDREN.call(recover, (lay, str(copy), *run))
+    def recover_copy(files: Layer, copy: Path, run: tuple[str, str]) -> Any:
+        return CHILDREN.call(recover, (files, str(copy), *run))
 
-    return harness.recover_twice(MATRIX, env, layer, crash=crash, recover=recover_copy,
+    return harness.recover_twice(t, lay, crash=crash, recover=recover_copy,
                                  finished=lambda got: bool(got[0] == "ok"),
                                  agreed="agreed on state and ids")
 
