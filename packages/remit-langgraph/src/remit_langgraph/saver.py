@@ -35,7 +35,7 @@ import os
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -743,7 +743,7 @@ def _made_at(ck: StoredCheckpoint) -> datetime | None:
     data = ck.data if isinstance(ck.data, Mapping) else {}
     with contextlib.suppress(KeyError, TypeError, ValueError):
         made = datetime.fromisoformat(str(data["ts"]))
-        return made if made.tzinfo is not None else made.replace(tzinfo=timezone.utc)
+        return made if made.tzinfo is not None else made.replace(tzinfo=UTC)
     return None
 
 
