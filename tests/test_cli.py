@@ -49,6 +49,29 @@ def test_inspect_run_json(filled: str, capsys: pytest.CaptureFixture[str]) -> No
     assert report["claims"][0]["digest"] == "abc" and report["claims"][0]["status"] == "consumed"
 
 
+def test_inspect_lists_runs_by_lifecycle_status(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path}/life.db"
+    with open_store(url) as s:
+        for run, lease in (("dead-1", 0.0), ("live-1", 60.0), ("asks-1", 60.0)):
+            s.put_checkpoint(run, "c1", data={})
+            s.start_run(run, framework="langgraph", name="approval", owner=f"w-{run}",
+                        lease=lease)
+        assert s.end_run("asks-1", owner="w-asks-1", fence=1, status="parked",
+                         waiting={"question": "approve?"})
+    assert main(["inspect", url, "--status", "abandoned"]) == 0
+    out = capsys.readouterr().out
+    assert "dead-1" in out and "abandoned" in out and "approval" in out
+    assert "live-1" not in out and "asks-1" not in out
+    assert main(["inspect", url, "--status", "parked", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [(r["run_id"], r["status"], r["waiting"]) for r in runs] == \
+        [("asks-1", "parked", {"question": "approve?"})]
+    assert main(["inspect", url]) == 0  # every run, each with its status
+    out = capsys.readouterr().out
+    assert all(word in out for word in ("dead-1", "live-1", "asks-1", "running", "parked"))
+
+
 def test_bad_url_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "mysql://u:pw@h/db"]) == 1
     err = capsys.readouterr().err

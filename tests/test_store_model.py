@@ -77,7 +77,7 @@ from hypothesis.stateful import (
 
 from remit_core import ConsumeConflict, SerializationError, StateValidationError, open_store
 from remit_core.errors import LeaseLost
-from remit_core.records import Checkpoint, Claim, ClaimRow, Receipt, ReceiptRow
+from remit_core.records import Checkpoint, Claim, ClaimRow, Receipt, ReceiptRow, RunRow
 from remit_core.store import Store, chunks, decisions
 from remit_core.store.decisions import Verdict
 from remit_core.store.redis import RedisStore
@@ -1078,7 +1078,8 @@ def test_model_decision_tables() -> None:
 # a verdict writes (``now + lease``, ``now``) are compared to the test's clock within a
 # second.
 
-TIMES = ("lease_until", "started_at", "completed_at", "claimed_at", "consumed_at")
+TIMES = ("lease_until", "started_at", "completed_at", "claimed_at", "consumed_at",
+         "updated_at")
 FAR = 1000.0  # seconds between a stored lease's end and now
 HOLDER, FENCE = "a", 2  # the stored record's owner and fence
 CALLERS = list(itertools.product(["a", "b"], [1, 2, 3]))  # (owner, fence): older, same, newer
@@ -1087,7 +1088,7 @@ CALLERS = list(itertools.product(["a", "b"], [1, 2, 3]))  # (owner, fence): olde
 # ------------------------------------------------------------------- the record, stored raw
 
 
-def _redis_fields(row: ReceiptRow | ClaimRow) -> dict[str, Any]:
+def _redis_fields(row: ReceiptRow | ClaimRow | RunRow) -> dict[str, Any]:
     """A record as the Lua scripts store it: times with six decimals, None left out."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(row):
@@ -1098,23 +1099,40 @@ def _redis_fields(row: ReceiptRow | ClaimRow) -> dict[str, Any]:
     return out
 
 
-def store_raw(store: Store, key: str, row: ReceiptRow | ClaimRow | None, *,
-              receipt: bool) -> Any:
+Kind = str  # "receipt", "claim" or "run": which record table
+
+
+def read_raw(store: Store, kind: Kind) -> Callable[[str], Any]:
+    """How the backend reads a record of ``kind`` (a run: its row, without the clock)."""
+    if kind == "receipt":
+        return store._get_receipt
+    if kind == "claim":
+        return store._get_claim
+
+    def run(key: str) -> Any:
+        found = store._get_run(key)
+        return None if found is None else found[0]
+    return run
+
+
+def store_raw(store: Store, key: str, row: ReceiptRow | ClaimRow | RunRow | None, *,
+              kind: Kind) -> Any:
     """Put ``row`` as record ``key`` behind the backend's back (or none), and return it as
     the backend reads it back."""
     if isinstance(store, RedisStore):
-        name = store._k.rc(key) if receipt else store._k.cl(key)
+        name = {"receipt": store._k.rc, "claim": store._k.cl, "run": store._k.lc}[kind](key)
         store._redis.delete(name)
         if row is not None:
             store._redis.hset(name, mapping=_redis_fields(row))  # type: ignore[arg-type]
     else:
         assert isinstance(store, SqlStore)
-        records: Any = store._receipts if receipt else store._claims
+        records: Any = {"receipt": store._receipts, "claim": store._claims,
+                        "run": store._lifecycle}[kind]
         with store._writing() as conn:
             conn.execute(records.delete, {"key": key})
             if row is not None:
                 SqlStore._apply(conn, records, Verdict(None, row, "insert"))
-    return store._get_receipt(key) if receipt else store._get_claim(key)
+    return read_raw(store, kind)(key)
 
 
 def alike(got: Any, want: Any) -> bool:
@@ -1143,19 +1161,19 @@ def left_stored(cur: Any, verdict: Verdict[Any, Any]) -> Any:
 Case = tuple[str, Any, Callable[[str, Any, float], Verdict[Any, Any]], Callable[[str], Any]]
 
 
-def check_all(store: Store, stored: list[Any], requests: list[Case], *, receipt: bool) -> int:
+def check_all(store: Store, stored: list[Any], requests: list[Case], *, kind: Kind) -> int:
     """Run every request on every stored record; fail with the first mismatches. Returns
     the number of cases."""
-    read = store._get_receipt if receipt else store._get_claim
+    read = read_raw(store, kind)
     failures: list[str] = []
     n = 0
     for make, (what, request, decide, call) in itertools.product(stored, requests):
         n += 1
-        key = f"{'k' if receipt else 'g'}-{uuid.uuid4().hex[:10]}"
-        cur = store_raw(store, key, make(key, time.time()), receipt=receipt)
+        key = f"{kind[0]}-{uuid.uuid4().hex[:10]}"
+        cur = store_raw(store, key, make(key, time.time()), kind=kind)
         want = decide(key, cur, time.time())
         got = call(key)
-        outcome, row = got if isinstance(got, tuple) else (got, None)
+        outcome, row = got[:2] if isinstance(got, tuple) else (got, None)
         returned_ok = not isinstance(got, tuple) or alike(row, want.row)
         left = read(key)
         if outcome != want.outcome or not returned_ok or not alike(left, left_stored(cur, want)):
@@ -1222,7 +1240,7 @@ def receipt_requests(store: Store) -> Iterator[Case]:
 
 
 def test_receipts_decide_as_the_pure_functions(store: Store) -> None:
-    n = check_all(store, list(stored_receipts()), list(receipt_requests(store)), receipt=True)
+    n = check_all(store, list(stored_receipts()), list(receipt_requests(store)), kind="receipt")
     assert n == 5 * 36
 
 
@@ -1277,5 +1295,70 @@ def claim_requests(store: Store) -> Iterator[Case]:
 
 
 def test_claims_decide_as_the_pure_functions(store: Store) -> None:
-    n = check_all(store, list(stored_claims()), list(claim_requests(store)), receipt=False)
+    n = check_all(store, list(stored_claims()), list(claim_requests(store)), kind="claim")
     assert n == 25 * 66
+
+
+# --------------------------------------------------------------------------------- lifecycle
+
+
+def stored_runs() -> Iterator[Callable[[str, float], RunRow | None]]:
+    yield lambda key, now: None
+    for status, live in itertools.product(["running", "parked", "done", "failed"],
+                                          [True, False]):
+        if status != "running" and live:
+            continue  # (only a running run has a lease)
+
+        def make(key: str, now: float, status: str = status, live: bool = live) -> RunRow:
+            running = status == "running"
+            return RunRow(key, key, "fw", "old-name", status,  # type: ignore[arg-type]
+                          HOLDER if running else None, FENCE,
+                          now + FAR if live else (now - FAR if running else 0.0),
+                          b"\x01wait" if status == "parked" else None,
+                          b"\x01boom" if status == "failed" else None, 3, now - 3 * FAR,
+                          now - 2 * FAR)
+        yield make
+
+
+def run_requests(store: Store) -> Iterator[Case]:
+    def start(owner: str, recovering: bool) -> Case:
+        def decide(key: str, cur: Any, now: float) -> Verdict[Any, Any]:
+            return decisions.start_run(cur, run_id=key, framework="fw2", name="graph",
+                                       owner=owner, lease=LEASE, recovering=recovering,
+                                       now=now)
+
+        def call(key: str) -> Any:
+            return store._start_run(key, "fw2", "graph", owner, LEASE, recovering)
+
+        return "start_run", (owner, recovering), decide, call
+
+    def end(owner: str, fence: int, status: str) -> Case:
+        detail = {"parked": b"\x01w2", "failed": b"\x01e2"}.get(status)
+
+        def decide(key: str, cur: Any, now: float) -> Verdict[Any, Any]:
+            return decisions.end_run(cur, owner=owner, fence=fence,
+                                     status=status, detail=detail,  # type: ignore[arg-type]
+                                     now=now)
+
+        def call(key: str) -> Any:
+            return store._end_run(key, owner, fence, status, detail)  # type: ignore[arg-type]
+
+        return "end_run", (owner, fence, status), decide, call
+
+    def renew(owner: str, fence: int) -> Case:
+        return change_case("renew", decisions.RENEW_RUN, owner, fence,
+                           lambda key: store._renew_run(key, owner, fence, LEASE))
+
+    for owner, fence in CALLERS:
+        yield start(owner, False)
+        yield start(owner, True)
+        for status in ("parked", "done", "failed"):
+            yield end(owner, fence, status)
+        yield renew(owner, fence)
+
+
+def test_runs_decide_as_the_pure_functions(store: Store) -> None:
+    """The run lifecycle's decisions, on every backend (the Redis one in Lua), are those
+    of remit_core.store.decisions, on every stored record and request."""
+    n = check_all(store, list(stored_runs()), list(run_requests(store)), kind="run")
+    assert n == 6 * 36

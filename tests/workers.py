@@ -168,3 +168,25 @@ def spin_until(predicate: Any, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("condition not reached")
         time.sleep(0.01)
+
+
+def recover_racer(url: str, runs: list[str], barrier: Any, results: Any, broken: bool) -> None:
+    """Try to take each abandoned run of ``runs`` for recovery, released with the other
+    racers by the barrier before each run.
+
+    ``broken`` switches the protection off: a recoverer that decides by a read (the run
+    is abandoned, so it is mine), to show that the test can fail.
+    """
+    store = open_store(url)
+    try:
+        for run in runs:
+            owner = new_owner()
+            barrier.wait()
+            if broken:
+                state = store.get_run(run)
+                won = state is not None and state.status == "abandoned"
+                results.put((run, os.getpid(), "taken_over" if won else "busy"))
+            else:
+                results.put((run, os.getpid(), store.recover_run(run, owner=owner).outcome))
+    finally:
+        store.close()

@@ -11,8 +11,9 @@ import uuid
 from collections.abc import Callable
 from urllib.parse import parse_qsl
 
-PG_TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
-             "remit_receipts", "remit_claims")
+from remit_core.store.sql import TABLES
+
+PG_TABLES = TABLES  # every table of a store
 
 
 def clone_store(backend: str, url: str) -> tuple[str, Callable[[], None]]:

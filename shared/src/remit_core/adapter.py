@@ -62,7 +62,7 @@ from remit_core.errors import (
 )
 from remit_core.ids import derive_id, value_digest
 from remit_core.migrate import MigrationError, MigrationReport, RecordsRefused
-from remit_core.records import Checkpoint, Claim
+from remit_core.records import Checkpoint, Claim, RunStart, RunState
 from remit_core.serde import Serde, default_serde
 from remit_core.store import Store, new_owner, open_store
 from remit_core.urls import mask_url
@@ -406,6 +406,8 @@ __all__ = [
     # the store, its records, ids and envelope
     "Checkpoint",
     "Claim",
+    "RunStart",
+    "RunState",
     "Serde",
     "StateSchema",
     "Store",

@@ -71,6 +71,20 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+def _lifecycle(state: Any) -> dict[str, Any]:
+    """A run's lifecycle as ``remit inspect`` shows it ("-" where no adapter kept one)."""
+    if state is None:
+        return {"status": "-", "name": "-", "owner": "-"}
+    shown: dict[str, Any] = {"status": state.status, "name": state.name,
+                             "owner": state.owner or "-", "framework": state.framework,
+                             "attempts": state.attempts}
+    if state.waiting is not None:
+        shown["waiting"] = state.waiting
+    if state.error is not None:
+        shown["error"] = state.error
+    return shown
+
+
 def _inspect(args: argparse.Namespace) -> int:
     # read-only: inspection creates no file, table, schema or key (DESIGN.md section 4b)
     from remit_core.serde import inspect_serde  # every adapter's types; unknown ones as such
@@ -79,10 +93,10 @@ def _inspect(args: argparse.Namespace) -> int:
         report: dict[str, Any] = {"store": store.url}
         if args.run is None:
             report["runs"] = [
-                {"run_id": r.run_id, "checkpoints": r.checkpoints,
+                {"run_id": r.run_id, **_lifecycle(r.lifecycle), "checkpoints": r.checkpoints,
                  "latest_checkpoint": r.latest_checkpoint_id, "latest_kind": r.latest_kind,
                  "updated": _ts(r.updated_at)}
-                for r in store.list_runs(limit=args.limit)
+                for r in store.list_runs(limit=args.limit, status=args.status, name=args.name)
             ]
         else:
             report["run_id"] = args.run
@@ -109,8 +123,8 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"store: {report['store']}")
     if "runs" in report:
         print("runs:")
-        print(_table(report["runs"], ["run_id", "checkpoints", "latest_checkpoint",
-                                      "latest_kind", "updated"]))
+        print(_table(report["runs"], ["run_id", "status", "name", "owner", "checkpoints",
+                                      "latest_checkpoint", "latest_kind", "updated"]))
     else:
         print(f"checkpoints of run {args.run!r} (newest first):")
         print(_table(report["checkpoints"], ["seq", "ns", "checkpoint_id", "parent_id", "kind",
@@ -190,6 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ins.add_argument("run", nargs="?", help="a run id: show its checkpoints")
     ins.add_argument("--json", action="store_true", help="print JSON")
     ins.add_argument("--limit", type=int, default=50)
+    ins.add_argument("--status", choices=["running", "abandoned", "parked", "done", "failed"],
+                     help="only the runs in this lifecycle status (abandoned: running, its "
+                     "executor's lease expired)")
+    ins.add_argument("--name", help="only the runs of this graph or flow name")
     ins.set_defaults(func=_inspect)
     faults = _check_faults()
     chk = sub.add_parser("check", help="run the resume-contract fault matrix, stock vs remit"

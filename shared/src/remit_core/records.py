@@ -12,11 +12,18 @@ from typing import Any, Literal
 
 ReceiptStatus = Literal["started", "completed"]
 ClaimStatus = Literal["claimed", "consumed", "released"]
+#: a run's lifecycle as stored; ``abandoned`` (running, its executor's lease expired) is
+#: computed when it is read, never written
+RunStatus = Literal["running", "parked", "done", "failed"]
+#: how an execution of a run ends
+RunEnd = Literal["parked", "done", "failed"]
 
 # Outcomes of the atomic primitives, decided inside one backend operation by the pure
 # functions of remit_core.store.decisions (and the Lua scripts checked against them).
 ReceiptOutcome = Literal["run", "taken_over", "done", "busy", "in_doubt"]
 ClaimOutcome = Literal["won", "reentered", "taken_over", "held", "consumed", "mismatch"]
+RunStartOutcome = Literal["started", "reentered", "busy", "taken_over", "missing",
+                          "not_abandoned"]
 
 
 # -- rows (backend level) ------------------------------------------------------------------------
@@ -93,6 +100,28 @@ class ClaimRow:
     previous_owner: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """A run's lifecycle record. ``key`` is the run id (the record tables' key column);
+    ``waiting`` (parked: what the run waits for) and ``error`` (failed) stay encoded."""
+
+    key: str
+    run_id: str
+    framework: str
+    name: str
+    status: RunStatus
+    owner: str | None
+    fence: int
+    lease_until: float
+    waiting: bytes | None
+    error: bytes | None
+    attempts: int
+    started_at: float
+    updated_at: float
+    #: set by a take-over only: the owner whose lease had expired (not stored)
+    previous_owner: str | None = None
+
+
 # -- public records ------------------------------------------------------------------------------
 
 
@@ -132,6 +161,58 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class RunState:
+    """A run's lifecycle, as one read saw it (:meth:`Store.get_run`, :meth:`Store.list_runs`).
+
+    ``status`` is the stored one, except that a ``running`` run whose executor's lease
+    had expired when it was read is ``abandoned`` (computed, never written): its executor
+    died or stalled, and a recoverer may continue it (:meth:`Store.recover_run`).
+    ``waiting`` is what a parked run waits for, ``error`` what ended a failed one, as the
+    adapter recorded them. ``attempts`` counts the executions started, recoveries
+    included.
+    """
+
+    run_id: str
+    framework: str
+    name: str
+    status: RunStatus | Literal["abandoned"]
+    owner: str | None
+    fence: int
+    lease_until: float
+    waiting: Any
+    error: Any
+    attempts: int
+    started_at: float
+    updated_at: float
+
+    @property
+    def cursor(self) -> str:
+        """Where a listing continues after this run: ``list_runs(cursor=run.cursor)``."""
+        return f"{self.updated_at!r}/{self.run_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """What :meth:`Store.start_run` or :meth:`Store.recover_run` decided, atomically.
+
+    * ``started`` / ``taken_over`` / ``reentered``: the caller executes the run
+      (``run.owner``, ``run.fence``); it renews the lease while it works and records the
+      end with :meth:`Store.end_run`. ``taken_over``: the previous executor's lease had
+      expired (``previous_owner``).
+    * ``busy``: another executor's lease is live; the caller does not own the run.
+    * ``missing`` / ``not_abandoned`` (recovery only): there is nothing to recover.
+    """
+
+    outcome: RunStartOutcome
+    run: RunState | None
+    previous_owner: str | None = None
+
+    @property
+    def owns(self) -> bool:
+        return self.outcome in ("started", "taken_over", "reentered")
+
+
+@dataclass(frozen=True, slots=True)
 class RunInfo:
     run_id: str
     created_at: float
@@ -139,6 +220,21 @@ class RunInfo:
     checkpoints: int
     latest_checkpoint_id: str | None
     latest_kind: str | None
+    #: the run's lifecycle, when an adapter keeps one for it
+    lifecycle: RunState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """The filters of :meth:`Store.list_runs` over the runs' lifecycles, as a backend
+    takes them (``cursor`` parsed: the ``updated_at`` and run id listed last)."""
+
+    status: RunStatus | Literal["abandoned"] | None = None
+    framework: str | None = None
+    name: str | None = None
+    updated_before: float | None = None
+    cursor: tuple[float, str] | None = None
+    limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, ParamSpec, Self, TypeVar
+from typing import Any, ClassVar, Literal, ParamSpec, Self, TypeVar
 from urllib.parse import SplitResult, urlsplit
 
 from remit_core.errors import (
@@ -61,7 +61,14 @@ from remit_core.records import (
     ReceiptOutcome,
     ReceiptRow,
     ReceiptStart,
+    RunEnd,
     RunInfo,
+    RunQuery,
+    RunRow,
+    RunStart,
+    RunStartOutcome,
+    RunState,
+    RunStatus,
     WriteRow,
 )
 from remit_core.retry import retrying, waiting_for_holder
@@ -77,7 +84,7 @@ _WRITES = frozenset({
     "_write_checkpoint", "_write_writes", "_delete_run", "_copy_run", "_prune_run",
     "_delete_executions", "_start_receipt", "_complete_receipt", "_release_receipt",
     "_renew_receipt", "_resolve_receipt", "_reset_receipt", "_claim", "_consume_claim",
-    "_release_claim", "_renew_claim"})
+    "_release_claim", "_renew_claim", "_start_run", "_end_run", "_renew_run"})
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -154,6 +161,9 @@ class Store(ABC):
     #: the backend's migrations, append-only (never edit one, add one); the version of
     #: a store is their count
     migrations: ClassVar[Sequence[Any]]
+    #: the version of the layout as opened: the latest, unless the store was opened
+    #: read-only at an older one (which is read as it is, never migrated)
+    layout_version: int
     #: words of the layout messages: what the version counts, and where the store lives
     #: (after the URL, for example `` (schema 'app')``)
     layout_noun: ClassVar[str] = "schema"
@@ -293,6 +303,7 @@ class Store(ABC):
                 with self._layout_session() as session:
                     found = self._read_layout(session)
                     version = self._check_layout(found, latest)
+                    self.layout_version = version
                     if self.read_only or version == latest:
                         return
                     if found.meta is None:
@@ -300,6 +311,7 @@ class Store(ABC):
                     for step in self.migrations[version:]:
                         self._apply_step(session, step)
                     self._set_version(session, latest)
+                    self.layout_version = latest
                 return
             except LayoutChanged:
                 continue
@@ -515,9 +527,37 @@ class Store(ABC):
         if rows:
             self._call(self._write_writes, rows, overwrite, chunks)
 
-    def list_runs(self, *, limit: int | None = None) -> list[RunInfo]:
-        """Runs, most recently updated first."""
-        return self._call(self._list_runs, limit)
+    def list_runs(
+        self,
+        *,
+        limit: int | None = None,
+        status: RunStatus | Literal["abandoned"] | None = None,
+        framework: str | None = None,
+        name: str | None = None,
+        updated_before: float | None = None,
+        cursor: str | None = None,
+    ) -> list[RunInfo]:
+        """Runs, most recently updated first.
+
+        Without a filter: every run that has a checkpoint, with its lifecycle where an
+        adapter keeps one. With one of ``status`` (``abandoned``: running, its executor's
+        lease expired), ``framework``, ``name`` (the app's name for the graph or flow),
+        ``updated_before`` (epoch seconds) or ``cursor``: the runs whose lifecycle
+        matches, ordered by the lifecycle's last change; each filter is an indexed read,
+        not a scan of every run. ``cursor`` continues a listing after the run it came
+        from (``RunState.cursor`` of the last one listed).
+        """
+        query = RunQuery(status, framework, name, updated_before, _cursor(cursor), limit)
+        if query == RunQuery(limit=limit):
+            return [info if row is None else
+                    dataclasses.replace(info, lifecycle=self._run_state(row, now))
+                    for info, row, now in self._call(self._list_runs, limit)]
+        if status is not None and status not in ("running", "parked", "done", "failed",
+                                                 "abandoned"):
+            raise ValueError(f"status must be running, parked, done, failed or abandoned, "
+                             f"not {status!r}")
+        return [dataclasses.replace(info, lifecycle=self._run_state(row, now))
+                for info, row, now in self._call(self._list_lifecycles, query)]
 
     def delete_run(self, run_id: str) -> None:
         """Delete a run with its checkpoints, values, writes, receipts and claims."""
@@ -541,6 +581,78 @@ class Store(ABC):
         """Delete every checkpoint (and its writes) written by one of ``execution_ids``."""
         if execution_ids:
             self._call(self._delete_executions, list(execution_ids))
+
+    # ================================================================================= lifecycle
+
+    def start_run(self, run_id: str, *, framework: str, name: str, owner: str,
+                  lease: float | None = None) -> RunStart:
+        """An executor starts or continues run ``run_id``: atomically record it as the
+        run's executor, with a lease it renews while it works (:meth:`renew_run`) and an
+        end it records (:meth:`end_run`). See
+        :func:`remit_core.store.decisions.start_run`: another executor's live lease is
+        ``busy`` (the call does not own the run), an expired one is taken over."""
+        return self._run_start(run_id, framework, name, owner, lease, recovering=False)
+
+    def recover_run(self, run_id: str, *, owner: str, framework: str | None = None,
+                    name: str | None = None, lease: float | None = None) -> RunStart:
+        """A recoverer takes an abandoned run (running, its executor's lease expired):
+        of k recoverers racing, across processes and hosts, exactly one gets ``taken_over``
+        and continues the run; the others get ``busy`` (or ``reentered``: it is theirs
+        already). A run that is not abandoned is ``not_abandoned`` or ``missing``."""
+        found = self.get_run(run_id) if framework is None or name is None else None
+        return self._run_start(
+            run_id, framework or (found.framework if found else ""),
+            name or (found.name if found else ""), owner, lease, recovering=True)
+
+    def _run_start(self, run_id: str, framework: str, name: str, owner: str,
+                   lease: float | None, *, recovering: bool) -> RunStart:
+        outcome, row, now = self._call(self._start_run, run_id, str(framework), str(name),
+                                       owner, self.lease if lease is None else lease,
+                                       recovering)
+        state = None if row is None else self._run_state(row, now)
+        return RunStart(outcome, state,
+                        row.previous_owner if outcome == "taken_over" and row else None)
+
+    def end_run(self, run_id: str, *, owner: str, fence: int, status: RunEnd,
+                waiting: Any = None, error: Any = None) -> bool:
+        """The executor records how its execution of the run ended: ``parked``
+        (``waiting``: what the run waits for, e.g. the interrupts' values), ``done``, or
+        ``failed`` (``error``: what ended it, e.g. ``{"type": ..., "message": ...}``).
+
+        Fenced: False, and nothing written, when the caller no longer executes the run
+        (its lease expired and another executor took it over; that one's record stands).
+        """
+        if status not in ("parked", "done", "failed"):
+            raise ValueError(f"a run ends parked, done or failed, not {status!r}")
+        detail = waiting if status == "parked" else error if status == "failed" else None
+        data = None if detail is None else self.serde.encode(
+            detail, record=f"{'waiting' if status == 'parked' else 'error'} of run {run_id!r}")
+        return self._call(self._end_run, run_id, owner, fence, status, data)
+
+    def renew_run(self, run_id: str, *, owner: str, fence: int,
+                  lease: float | None = None) -> bool:
+        """LV: extend the executor's lease; False when it no longer executes the run."""
+        return self._call(self._renew_run, run_id, owner, fence,
+                          self.lease if lease is None else lease)
+
+    def get_run(self, run_id: str) -> RunState | None:
+        """The run's lifecycle (``abandoned`` computed with the backend's clock), or None
+        when no adapter has kept one for it."""
+        found = self._call(self._get_run, run_id)
+        return None if found is None else self._run_state(*found)
+
+    def _run_state(self, row: RunRow, now: float) -> RunState:
+        where = f"run {row.run_id!r}"
+        waiting = None if row.waiting is None else self.serde.decode(
+            row.waiting, record=f"waiting of {where}")
+        error = None if row.error is None else self.serde.decode(
+            row.error, record=f"error of {where}")
+        status: RunStatus | Literal["abandoned"] = row.status
+        if status == "running" and row.lease_until <= now:
+            status = "abandoned"
+        return RunState(row.run_id, row.framework, row.name, status, row.owner, row.fence,
+                        row.lease_until, waiting, error, row.attempts, row.started_at,
+                        row.updated_at)
 
     # =================================================================================== receipts
 
@@ -907,7 +1019,9 @@ class Store(ABC):
         rows: replacing rows with the same key when ``overwrite``, else keeping them."""
 
     @abstractmethod
-    def _list_runs(self, limit: int | None) -> list[RunInfo]: ...
+    def _list_runs(self, limit: int | None) -> list[tuple[RunInfo, RunRow | None, float]]:
+        """Every run with a checkpoint, newest first, each with its lifecycle record (None
+        when it has none) and the backend's clock."""
 
     @abstractmethod
     def _delete_run(self, run_id: str) -> None:
@@ -1000,6 +1114,44 @@ class Store(ABC):
 
     @abstractmethod
     def _list_claims(self, run_id: str | None) -> list[ClaimRow]: ...
+
+    @abstractmethod
+    def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,
+                   recovering: bool) -> tuple[RunStartOutcome, RunRow | None, float]:
+        """:func:`~remit_core.store.decisions.start_run`, in one atomic operation; also
+        returns the backend's clock as the decision saw it."""
+
+    @abstractmethod
+    def _end_run(self, run_id: str, owner: str, fence: int, status: RunEnd,
+                 detail: bytes | None) -> bool:
+        """:func:`~remit_core.store.decisions.end_run`, in one atomic operation."""
+
+    @abstractmethod
+    def _renew_run(self, run_id: str, owner: str, fence: int, lease: float) -> bool:
+        """:data:`~remit_core.store.decisions.RENEW_RUN`."""
+
+    @abstractmethod
+    def _get_run(self, run_id: str) -> tuple[RunRow, float] | None:
+        """The lifecycle record and the backend's clock, in one read."""
+
+    @abstractmethod
+    def _list_lifecycles(self, query: RunQuery) -> list[tuple[RunInfo, RunRow, float]]:
+        """The runs whose lifecycle matches ``query``, newest change first (then run id,
+        bytewise), each with its lifecycle record and the backend's clock."""
+
+
+def _cursor(cursor: str | None) -> tuple[float, str] | None:
+    """``RunState.cursor`` parsed: (updated_at, run id)."""
+    if cursor is None:
+        return None
+    stamp, sep, run_id = str(cursor).partition("/")
+    try:
+        if not sep:
+            raise ValueError
+        return float(stamp), run_id
+    except ValueError:
+        raise ValueError(f"cursor {cursor!r} is not one that list_runs gave (RunState.cursor)"
+                         ) from None
 
 
 def _iso(t: float) -> str:

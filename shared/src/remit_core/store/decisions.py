@@ -1,4 +1,5 @@
-"""The receipt and claim decisions of the contract, written once, as pure functions.
+"""The receipt, claim and run-lifecycle decisions of the contract, written once, as pure
+functions.
 
 Each function takes the stored record (``None`` when there is none), the request and
 ``now`` (the backend's clock, epoch seconds) and returns a :class:`Verdict`: the
@@ -29,11 +30,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
-from remit_core.records import ClaimOutcome, ClaimRow, ReceiptOutcome, ReceiptRow
+from remit_core.records import (
+    ClaimOutcome,
+    ClaimRow,
+    ReceiptOutcome,
+    ReceiptRow,
+    RunEnd,
+    RunRow,
+    RunStartOutcome,
+)
 
 Outcome = TypeVar("Outcome")
 Row = TypeVar("Row")
-R = TypeVar("R", ReceiptRow, ClaimRow)
+R = TypeVar("R", ReceiptRow, ClaimRow, RunRow)
 
 #: what the backend writes for a verdict: nothing, the new record, the changed record,
 #: or the deletion of the stored record
@@ -150,10 +159,79 @@ def consume_claim(cur: ClaimRow | None, *, owner: str, fence: int, digest: str |
         digest=cur.digest if digest is None else digest), "update")
 
 
+# =============================================================================== run lifecycle
+
+
+def start_run(cur: RunRow | None, *, run_id: str, framework: str, name: str, owner: str,
+              lease: float, recovering: bool, now: float
+              ) -> Verdict[RunStartOutcome, RunRow | None]:
+    """Who executes run ``run_id`` now (the run lifecycle; LV for whole runs).
+
+    An executor that starts or continues a run records itself with a lease it renews while
+    it works; a recoverer (``recovering``) may only take a run whose executor's lease has
+    expired, so that of k recoverers exactly one continues it.
+
+    ============================================  ===========================================
+    stored run                                    outcome (and write)
+    ============================================  ===========================================
+    none, not recovering                          ``started``: insert running(owner, fence 1,
+                                                  attempts 1, lease_until now+lease)
+    none, recovering                              ``missing``
+    running, owner == owner                       ``reentered`` (no write)
+    running, lease_until > now                    ``busy``
+    running, expired                              ``taken_over``: owner, fence+1,
+                                                  attempts+1, lease (the row returned has
+                                                  ``previous_owner``)
+    parked, done or failed, not recovering        ``started``: running(owner, fence+1,
+                                                  attempts+1, lease), nothing it waited for
+                                                  or failed with kept
+    parked, done or failed, recovering            ``not_abandoned``
+    ============================================  ===========================================
+
+    ``framework`` and ``name`` are those of the newest start.
+    """
+    if cur is None:
+        if recovering:
+            return Verdict("missing", None)
+        return Verdict("started", RunRow(run_id, run_id, framework, name, "running", owner, 1,
+                                         now + lease, None, None, 1, now, now), "insert")
+    if cur.status == "running":
+        if cur.owner == owner:  # a retried call, or the recoverer's own run entering
+            return Verdict("reentered", cur)
+        if cur.lease_until > now:
+            return Verdict("busy", cur)
+        return Verdict("taken_over", dataclasses.replace(
+            cur, framework=framework, name=name, owner=owner, fence=cur.fence + 1,
+            lease_until=now + lease, attempts=cur.attempts + 1, updated_at=now,
+            previous_owner=cur.owner), "update")
+    if recovering:  # parked for a person, finished or failed: nothing to recover
+        return Verdict("not_abandoned", cur)
+    return Verdict("started", dataclasses.replace(
+        cur, framework=framework, name=name, status="running", owner=owner,
+        fence=cur.fence + 1, lease_until=now + lease, waiting=None, error=None,
+        attempts=cur.attempts + 1, started_at=now, updated_at=now), "update")
+
+
+def end_run(cur: RunRow | None, *, owner: str, fence: int, status: RunEnd,
+            detail: bytes | None, now: float) -> Verdict[bool, RunRow | None]:
+    """The executor of a run records how its execution ended: ``parked`` (``detail``:
+    what it waits for), ``done``, or ``failed`` (``detail``: the error).
+
+    True when the caller still executes the run (owner and fence, status running); the
+    run then has no owner and no lease. False otherwise (a later executor took it over:
+    its record stands), with the stored record."""
+    if cur is None or not holds(cur, owner, fence) or cur.status != "running":
+        return Verdict(False, cur)
+    return Verdict(True, dataclasses.replace(
+        cur, status=status, owner=None, lease_until=0.0,
+        waiting=detail if status == "parked" else None,
+        error=detail if status == "failed" else None, updated_at=now), "update")
+
+
 # ============================================================================= fenced changes
 
 
-def holds(cur: ReceiptRow | ClaimRow, owner: str | None, fence: int | None) -> bool:
+def holds(cur: ReceiptRow | ClaimRow | RunRow, owner: str | None, fence: int | None) -> bool:
     """The caller still holds the record: its owner and fence are the caller's."""
     return cur.owner == owner and cur.fence == fence
 
@@ -198,6 +276,8 @@ RESOLVE_RECEIPT = Change(None, {"status": "completed", "result": From.RESULT,
 RELEASE_CLAIM = Change("claimed", {"status": "released"})
 #: LV: keep the lease of a held claim
 RENEW_CLAIM = Change("claimed", {"lease_until": From.LEASE_END})
+#: LV: keep the lease of a run in progress
+RENEW_RUN = Change("running", {"lease_until": From.LEASE_END})
 
 
 def apply(change: Change, cur: R | None, *, owner: str | None = None,
@@ -215,5 +295,5 @@ def apply(change: Change, cur: R | None, *, owner: str | None = None,
 
 
 __all__ = ["COMPLETE_RECEIPT", "RELEASE_CLAIM", "RELEASE_RECEIPT", "RENEW_CLAIM",
-           "RENEW_RECEIPT", "RESOLVE_RECEIPT", "Change", "From", "Verdict", "Write", "apply",
-           "claim", "consume_claim", "holds", "start_receipt"]
+           "RENEW_RECEIPT", "RENEW_RUN", "RESOLVE_RECEIPT", "Change", "From", "Verdict", "Write",
+           "apply", "claim", "consume_claim", "end_run", "holds", "start_receipt", "start_run"]

@@ -49,7 +49,7 @@ T = TypeVar("T")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
-#: the column types of sql.SCHEMA and sql.CHUNKS in this database
+#: the column types of sql.SCHEMA, sql.CHUNKS and sql.LIFECYCLE in this database
 SCHEMA_TYPES = dict(seq="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
                     time="DOUBLE PRECISION", bytes="BYTEA", json="JSONB", int64="BIGINT",
                     keyed="", chunk_key="PRIMARY KEY")
@@ -78,6 +78,7 @@ MIGRATIONS: list[str] = [
       END IF;
     END $$;
     """,
+    sql.LIFECYCLE.format(**SCHEMA_TYPES),
 ]
 
 #: take a run's advisory lock (see PostgresStore._lock_runs); parameter ``lock``

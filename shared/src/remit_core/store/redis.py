@@ -65,15 +65,28 @@ key                                       type    content
 ``P:rcs:e(run)``                          set     receipt keys of the run
 ``P:cl:e(key)``                           hash    a claim (fields of ClaimRow)
 ``P:cls:e(run)``                          set     claim keys of the run
+``P:lc:e(run)``                           hash    a run's lifecycle (fields of RunRow; key is
+                                                  the run id)
+``P:lci``                                 zset    run_id of every lifecycle, scored by its
+                                                  updated_at (list_runs with filters)
+``P:lci:MASK:...``                        zset    the same, of the lifecycles whose stored
+                                                  fields are the components: MASK (s, f, n,
+                                                  sf, sn, fn or sfn) names which of status,
+                                                  framework and name follow, in that order
+``P:lcl``                                 zset    run_id of every running lifecycle, scored
+                                                  by lease_until (running vs abandoned)
 ========================================  ======  ==========================================
 
 Optional fields (parent_id, execution_id, completed_at, result, digest, value,
-consumed_at) are absent from their hash when None. Per-run index sets let
-delete_run, copy_run, prune_run, usage and the listings work without KEYS or
-SCAN over the keyspace. Scripts touch keys they derive from stored data (index
-members, parents, blobs named by ``versions``), so they are single-node only
-(plain Redis is the target; not Redis Cluster). The directly addressed keys are
-declared in ``KEYS``.
+consumed_at, owner, waiting, error) are absent from their hash when None. Per-run index
+sets let delete_run, copy_run, prune_run, usage and the listings work without KEYS or
+SCAN over the keyspace. The lifecycle zsets, kept by the scripts that write a lifecycle,
+let a filtered list_runs read the zset of exactly its equality filters (for running or
+abandoned: that one or ``P:lcl``, whichever has fewer runs to read), never every run;
+copy_run does not copy a lifecycle (it belongs to the run's executions). Scripts touch
+keys they derive from stored data (index members, parents, blobs named by ``versions``,
+the lifecycle zsets of a record's fields), so they are single-node only (plain Redis is
+the target; not Redis Cluster). The directly addressed keys are declared in ``KEYS``.
 """
 
 from __future__ import annotations
@@ -106,7 +119,11 @@ from remit_core.records import (
     ClaimRow,
     ReceiptOutcome,
     ReceiptRow,
+    RunEnd,
     RunInfo,
+    RunQuery,
+    RunRow,
+    RunStartOutcome,
     WriteRow,
 )
 from remit_core.retry import retrying
@@ -135,6 +152,9 @@ MIGRATIONS: list[str] = [
     "",
     # 2: chunks of large values (remit_core.store.chunks), created lazily.
     "",
+    # 3: run lifecycles (P:lc, P:lci..., P:lcl), created lazily: a store that had none
+    #    has nothing to index.
+    "",
 ]
 
 DEFAULT_PREFIX = "remit"
@@ -157,6 +177,9 @@ local function clock()  -- the server clock: every host agrees on lease expiry
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 local function fmt(x) return string.format('%.6f', x) end
+-- the server clock as the records store their times (to the microsecond), so that a
+-- decision and a caller that tells abandoned runs by the clock returned compare alike
+local function stamp() return tonumber(fmt(clock())) end
 local function int(x) return string.format('%d', x) end
 local function hmap(flat)
   local m = {}
@@ -277,6 +300,82 @@ end
 local function runs_of(has_run, r)
   if has_run == '1' then return {r} end
   return redis.call('SMEMBERS', P .. ':known')
+end
+
+-- what list_runs tells of run r besides its lifecycle: {created_at, updated_at,
+-- checkpoints, latest checkpoint id, its kind}, false where the run has none
+local function run_info(r)
+  local h = redis.call('HMGET', K('run', r), 'created_at', 'updated_at')
+  local rck = K('rck', r)
+  local top = redis.call('ZRANGE', rck, -1, -1)
+  local latest = {false, false}
+  if #top == 1 then
+    latest = redis.call('HMGET', P .. ':ck:' .. esc(r) .. ':' .. top[1], 'checkpoint_id', 'kind')
+  end
+  return {h[1], h[2], redis.call('ZCARD', rck), latest[1], latest[2]}
+end
+
+-- a < b bytewise, the order of the SQL backends' keys (Lua's own < follows the server's
+-- locale: Redis sets LC_COLLATE from its environment)
+local function bytes_lt(a, b)
+  local n = math.min(#a, #b)
+  local i = 1
+  while i <= n and string.byte(a, i) == string.byte(b, i) do i = i + 1 end
+  if i > n then return #a < #b end
+  return string.byte(a, i) < string.byte(b, i)
+end
+
+-- The lifecycle listing index of the runs whose stored status, framework and name are
+-- the given ones (false: any): a zset of run ids scored by updated_at, one for each
+-- combination of the equality filters, so that a listing reads only matching runs.
+local function lc_index(status, framework, name)
+  local mask, parts = '', {}
+  if status then
+    mask = mask .. 's'
+    parts[#parts + 1] = status
+  end
+  if framework then
+    mask = mask .. 'f'
+    parts[#parts + 1] = framework
+  end
+  if name then
+    mask = mask .. 'n'
+    parts[#parts + 1] = name
+  end
+  if mask == '' then return P .. ':lci' end
+  return K('lci', mask, unpack(parts))
+end
+
+-- the eight listing indexes a lifecycle record (a field map) is in
+local function lc_indexes(h)
+  local out = {}
+  for m = 0, 7 do
+    out[#out + 1] = lc_index(m % 2 == 1 and h.status, m % 4 >= 2 and h.framework,
+                             m >= 4 and h.name)
+  end
+  return out
+end
+
+-- move run r's index entries from its lifecycle as it was (`old`, a field map, {} for
+-- none) to the lifecycle as it is (`new`, nil when deleted); lcl: the P:lcl key
+local function lc_reindex(r, old, new, lcl)
+  local keep = {}
+  if new then
+    for _, k in ipairs(lc_indexes(new)) do
+      redis.call('ZADD', k, new.updated_at, r)
+      keep[k] = true
+    end
+  end
+  if old.status and old.framework and old.name then
+    for _, k in ipairs(lc_indexes(old)) do
+      if not keep[k] then redis.call('ZREM', k, r) end
+    end
+  end
+  if new and new.status == 'running' then
+    redis.call('ZADD', lcl, new.lease_until, r)
+  else
+    redis.call('ZREM', lcl, r)
+  end
 end
 """
 
@@ -455,8 +554,10 @@ while true do
 end
 """
 
-# KEYS: 1 runs. ARGV: 1 P, 2 limit ('' for none)
+# KEYS: 1 runs. ARGV: 1 P, 2 limit ('' for none). Returns {now, {run, created_at,
+# updated_at, checkpoints, latest id, latest kind, lifecycle HGETALL}...}
 _LIST_RUNS = """
+local now = fmt(stamp())
 local limit = tonumber(ARGV[2])
 local runs
 if limit and limit >= 0 then
@@ -474,16 +575,10 @@ else
 end
 local out = {}
 for _, r in ipairs(runs) do
-  local h = redis.call('HMGET', K('run', r), 'created_at', 'updated_at')
-  local rck = K('rck', r)
-  local top = redis.call('ZRANGE', rck, -1, -1)
-  local latest = {false, false}
-  if #top == 1 then
-    latest = redis.call('HMGET', P .. ':ck:' .. esc(r) .. ':' .. top[1], 'checkpoint_id', 'kind')
-  end
-  out[#out + 1] = {r, h[1], h[2], redis.call('ZCARD', rck), latest[1], latest[2]}
+  local i = run_info(r)
+  out[#out + 1] = {r, i[1], i[2], i[3], i[4], i[5], redis.call('HGETALL', K('lc', r))}
 end
-return out
+return {now, out}
 """
 
 # ARGV: 1 P, 2 run
@@ -506,8 +601,9 @@ end
 for _, key in ipairs(redis.call('SMEMBERS', K('cls', r))) do
   if redis.call('HGET', K('cl', key), 'run_id') == r then redis.call('DEL', K('cl', key)) end
 end
+lc_reindex(r, hmap(redis.call('HGETALL', K('lc', r))), nil, P .. ':lcl')
 redis.call('DEL', K('run', r), K('rck', r), K('nss', r), K('wrs', r), K('blobs', r), K('rcs', r),
-           K('cls', r), K('chunks', r))
+           K('cls', r), K('chunks', r), K('lc', r))
 redis.call('ZREM', P .. ':runs', r)
 redis.call('SREM', P .. ':known', r)
 return 1
@@ -636,8 +732,9 @@ redis.call('SADD', KEYS[1], ARGV[3])
 return 1
 """
 
-# The decision scripts below (_START_RECEIPT ... _RELEASE_CLAIM) are the one second copy of
-# remit_core.store.decisions; tests/test_store_model.py checks them against it.
+# The decision scripts below (_START_RECEIPT ... _RELEASE_CLAIM, _START_RUN ... _RENEW_RUN)
+# are the one second copy of remit_core.store.decisions; tests/test_store_model.py checks
+# them against it.
 
 # decisions.start_receipt
 # KEYS: 1 rc, 2 rcs, 3 known. ARGV: 1 P, 2 key, 3 run, 4 step, 5 name, 6 ordinal, 7 owner,
@@ -784,6 +881,182 @@ redis.call('HSET', KEYS[1], 'status', 'released')
 return 1
 """
 
+# decisions.start_run. Returns {outcome, HGETALL or false, now[, previous owner]}.
+# KEYS: 1 lc, 2 lcl. ARGV: 1 P, 2 run, 3 framework, 4 name, 5 owner, 6 lease, 7 recovering
+_START_RUN = """
+local now = stamp()
+local r, owner = ARGV[2], ARGV[5]
+local recovering = ARGV[7] == '1'
+local until_ = fmt(now + tonumber(ARGV[6]))
+local flat = redis.call('HGETALL', KEYS[1])
+local old = hmap(flat)
+local function kept(outcome) return {outcome, flat, fmt(now)} end
+local function wrote(outcome, ...)
+  local h = redis.call('HGETALL', KEYS[1])
+  lc_reindex(r, old, hmap(h), KEYS[2])
+  return {outcome, h, fmt(now), ...}
+end
+if #flat == 0 then
+  if recovering then return {'missing', false, fmt(now)} end
+  redis.call('HSET', KEYS[1], 'key', r, 'run_id', r, 'framework', ARGV[3], 'name', ARGV[4],
+             'status', 'running', 'owner', owner, 'fence', 1, 'lease_until', until_,
+             'attempts', 1, 'started_at', fmt(now), 'updated_at', fmt(now))
+  return wrote('started')
+end
+-- computed before the first write: a corrupt record fails the script before it writes
+local fence, attempts = int(tonumber(old.fence) + 1), int(tonumber(old.attempts) + 1)
+if old.status == 'running' then
+  -- a retried call, or the recoverer's own run entering: it is the executor already
+  if old.owner == owner then return kept('reentered') end
+  if tonumber(old.lease_until) > now then return kept('busy') end
+  -- LV: the executor died or stalled; the run is taken over where it is
+  redis.call('HSET', KEYS[1], 'framework', ARGV[3], 'name', ARGV[4], 'owner', owner,
+             'fence', fence, 'lease_until', until_, 'attempts', attempts,
+             'updated_at', fmt(now))
+  return wrote('taken_over', old.owner or false)
+end
+-- parked, done or failed: nothing to recover, but a start executes the run again
+if recovering then return kept('not_abandoned') end
+redis.call('HSET', KEYS[1], 'framework', ARGV[3], 'name', ARGV[4], 'status', 'running',
+           'owner', owner, 'fence', fence, 'lease_until', until_, 'attempts', attempts,
+           'started_at', fmt(now), 'updated_at', fmt(now))
+redis.call('HDEL', KEYS[1], 'waiting', 'error')
+return wrote('started')
+"""
+
+# decisions.end_run. KEYS: 1 lc, 2 lcl. ARGV: 1 P, 2 owner, 3 fence, 4 status (parked, done
+# or failed), 5 has_detail, 6 detail, 7 run
+_END_RUN = """
+local old = hmap(redis.call('HGETALL', KEYS[1]))
+if old.owner ~= ARGV[2] or tonumber(old.fence) ~= tonumber(ARGV[3]) or old.status ~= 'running' then
+  return 0
+end
+local status = ARGV[4]
+redis.call('HSET', KEYS[1], 'status', status, 'lease_until', fmt(0), 'updated_at', fmt(stamp()))
+redis.call('HDEL', KEYS[1], 'owner', 'waiting', 'error')
+if ARGV[5] == '1' and status == 'parked' then redis.call('HSET', KEYS[1], 'waiting', ARGV[6])
+elseif ARGV[5] == '1' and status == 'failed' then redis.call('HSET', KEYS[1], 'error', ARGV[6])
+end
+lc_reindex(ARGV[7], old, hmap(redis.call('HGETALL', KEYS[1])), KEYS[2])
+return 1
+"""
+
+# decisions.RENEW_RUN: only the lease changes (not updated_at), so only P:lcl moves.
+# KEYS: 1 lc, 2 lcl. ARGV: 1 P, 2 owner, 3 fence, 4 lease, 5 run
+_RENEW_RUN = """
+local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status')
+if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) or f[3] ~= 'running' then return 0 end
+local until_ = fmt(stamp() + tonumber(ARGV[4]))
+redis.call('HSET', KEYS[1], 'lease_until', until_)
+redis.call('ZADD', KEYS[2], until_, ARGV[5])
+return 1
+"""
+
+# The lifecycle and the clock, in one read. KEYS: 1 lc. ARGV: 1 P
+_GET_RUN = """
+return {redis.call('HGETALL', KEYS[1]), fmt(stamp())}
+"""
+
+# The lifecycles that match, newest updated_at first (ties: run id bytewise), each with
+# run_info. Returns {now, {HGETALL, created_at, updated_at, checkpoints, latest id,
+# latest kind}...}.
+# KEYS: 1 lcl. ARGV: 1 P, 2 status ('' for any), 3 has_framework, 4 framework, 5 has_name,
+#       6 name, 7 has_before, 8 before, 9 has_cursor, 10 cursor updated_at, 11 cursor run,
+#       12 limit ('' for none)
+_LIST_LIFECYCLES = """
+local now = stamp()
+local limit = tonumber(ARGV[12])
+if limit and limit < 0 then limit = nil end
+if limit == 0 then return {fmt(now), {}} end
+local want = ARGV[2] ~= '' and ARGV[2]
+-- running and abandoned are both stored running: the lease tells them apart
+local lease = (want == 'running' or want == 'abandoned') and want
+local status = lease and 'running' or want
+local framework = ARGV[3] == '1' and ARGV[4]
+local name = ARGV[5] == '1' and ARGV[6]
+local before = ARGV[7] == '1' and tonumber(ARGV[8])
+local cu, cr = ARGV[9] == '1' and tonumber(ARGV[10]), ARGV[11]
+-- the highest updated_at that may be listed: before (excluded) or the cursor's (included,
+-- for the runs after the cursor's in id order)
+local hi, hi_num = '+inf', nil
+if before then hi = '(' .. ARGV[8] end
+if cu and (not before or cu < before) then hi, hi_num = ARGV[10], cu end
+
+local rows = {}  -- {updated_at, run}
+local function consider(r)
+  -- every filter is checked on the record itself (the index only chose the candidates);
+  -- the whole record is read for the rows listed only
+  local f = redis.call('HMGET', K('lc', r), 'status', 'framework', 'name', 'lease_until',
+                       'updated_at')
+  if not f[1] or (status and f[1] ~= status) or (framework and f[2] ~= framework)
+      or (name and f[3] ~= name) then return end
+  if lease and (tonumber(f[4]) > now) ~= (lease == 'running') then return end
+  local u = tonumber(f[5])
+  if before and not (u < before) then return end
+  if cu and not (u < cu or (u == cu and bytes_lt(cr, r))) then return end
+  rows[#rows + 1] = {u, r}
+end
+
+local src = lc_index(status, framework, name)
+local by_lease = false
+if lease then
+  -- P:lcl has exactly the running runs whose lease has (not) ended, read whole; a scan
+  -- of `src` also reads the others, but stops after `limit` matches: take the one that
+  -- reads fewer runs
+  local lo_, hi_ = '-inf', fmt(now)
+  if lease == 'running' then lo_, hi_ = '(' .. fmt(now), '+inf' end
+  local n = redis.call('ZCOUNT', KEYS[1], lo_, hi_)
+  local scan = redis.call('ZCOUNT', src, '-inf', hi)
+  if limit then scan = math.min(scan, limit * scan / math.max(1, math.min(scan, n))) end
+  if n <= scan then
+    by_lease = true
+    for _, r in ipairs(redis.call('ZRANGE', KEYS[1], lo_, hi_, 'BYSCORE')) do consider(r) end
+  end
+end
+if not by_lease then
+  -- newest first, in batches; once `limit` rows are found, only the ties of the last one
+  -- are read (the sort below orders them by run id)
+  local skip, cut = 0, nil
+  while true do
+    local batch = redis.call('ZRANGE', src, hi, '-inf', 'BYSCORE', 'REV', 'LIMIT', skip, 256,
+                             'WITHSCORES')
+    local stop = false
+    for i = 1, #batch, 2 do
+      local score = tonumber(batch[i + 1])
+      if cut and score < cut then
+        stop = true
+        break
+      end
+      consider(batch[i])
+      if limit and not cut and #rows >= limit then cut = score end
+    end
+    if stop or #batch < 512 then break end
+    -- go on from the last score, past its members read already (equal scores keep their
+    -- order in a zset, and nothing changes under a script)
+    local last = batch[#batch]
+    local same = 0
+    for i = #batch, 2, -2 do
+      if batch[i] ~= last then break end
+      same = same + 1
+    end
+    if hi_num and tonumber(last) == hi_num then skip = skip + same else skip = same end
+    hi, hi_num = last, tonumber(last)
+  end
+end
+
+table.sort(rows, function(a, b)
+  if a[1] ~= b[1] then return a[1] > b[1] end
+  return bytes_lt(a[2], b[2])
+end)
+local out = {}
+for i = 1, (limit and math.min(limit, #rows) or #rows) do
+  local r = rows[i][2]
+  local info = run_info(r)
+  out[i] = {redis.call('HGETALL', K('lc', r)), info[1], info[2], info[3], info[4], info[5]}
+end
+return {fmt(now), out}
+"""
+
 
 def _script_source(body: str, *, writes: bool) -> str:
     shebang = "#!lua" if writes else "#!lua flags=no-writes"
@@ -869,6 +1142,25 @@ def _cl_row(h: Mapping[str, bytes]) -> ClaimRow:
     )
 
 
+def _lc_row(h: Mapping[str, bytes]) -> RunRow:
+    return RunRow(
+        key=h["key"].decode(), run_id=h["run_id"].decode(), framework=h["framework"].decode(),
+        name=h["name"].decode(), status=cast(Any, h["status"].decode()),
+        owner=_opt_str(h, "owner"), fence=int(h["fence"]), lease_until=float(h["lease_until"]),
+        waiting=h.get("waiting"), error=h.get("error"), attempts=int(h["attempts"]),
+        started_at=float(h["started_at"]), updated_at=float(h["updated_at"]),
+    )
+
+
+def _run_info(row: RunRow, created: bytes | None, updated: bytes | None, n: int,
+              latest: bytes | None, kind: bytes | None) -> RunInfo:
+    """A lifecycle's run as list_runs gives it (a run without checkpoints: its times are
+    the lifecycle's)."""
+    return RunInfo(row.run_id, row.started_at if created is None else float(created),
+                   row.updated_at if updated is None else float(updated), int(n),
+                   None if latest is None else _str(latest), None if kind is None else _str(kind))
+
+
 def _entry(raw: Sequence[Any]) -> Found:
     h, blobs, packed = raw
     row = _ck_row(_hash(h))
@@ -892,6 +1184,7 @@ class _Keys:
         self.runs = f"{prefix}:runs"
         self.cks = f"{prefix}:cks"
         self.known = f"{prefix}:known"
+        self.lcl = f"{prefix}:lcl"
 
     def _k(self, tag: str, *parts: str) -> str:
         return ":".join([self.p, tag, *(_esc(p) for p in parts)])
@@ -934,6 +1227,9 @@ class _Keys:
 
     def cls(self, r: str) -> str:
         return self._k("cls", r)
+
+    def lc(self, r: str) -> str:
+        return self._k("lc", r)
 
 
 # =================================================================================== store
@@ -994,6 +1290,11 @@ class RedisStore(Store):
         self._s_claim = r(_script_source(_CLAIM, writes=True))
         self._s_consume = r(_script_source(_CONSUME_CLAIM, writes=True))
         self._s_release_cl = r(_script_source(_RELEASE_CLAIM, writes=True))
+        self._s_start_run = r(_script_source(_START_RUN, writes=True))
+        self._s_end_run = r(_script_source(_END_RUN, writes=True))
+        self._s_renew_run = r(_script_source(_RENEW_RUN, writes=True))
+        self._s_get_run = r(_script_source(_GET_RUN, writes=False))
+        self._s_list_lc = r(_script_source(_LIST_LIFECYCLES, writes=False))
         try:
             self._open_checks(durability)
         except BaseException:
@@ -1202,15 +1503,17 @@ class RedisStore(Store):
                       self._redis.mget([self._k.chunk(run_id, d) for d in digests]))
         return {d: v for d, v in zip(digests, values, strict=True) if v is not None}
 
-    def _list_runs(self, limit: int | None) -> list[RunInfo]:
-        res = self._s_list_runs(keys=[self._k.runs],
-                                args=[self.prefix, "" if limit is None else int(limit)])
+    def _list_runs(self, limit: int | None) -> list[tuple[RunInfo, RunRow | None, float]]:
+        now, res = self._s_list_runs(keys=[self._k.runs],
+                                     args=[self.prefix, "" if limit is None else int(limit)])
         runs = [
-            RunInfo(_str(r), float(created), float(updated), int(n),
-                    None if latest is None else _str(latest), None if kind is None else _str(kind))
-            for r, created, updated, n, latest, kind in res
+            (RunInfo(_str(r), float(created), float(updated), int(n),
+                     None if latest is None else _str(latest),
+                     None if kind is None else _str(kind)),
+             _lc_row(_hash(lc)) if lc else None, float(now))
+            for r, created, updated, n, latest, kind, lc in res
         ]
-        runs.sort(key=lambda x: (-x.updated_at, x.run_id))
+        runs.sort(key=lambda x: (-x[0].updated_at, x[0].run_id))
         return runs if limit is None or limit < 0 else runs[:limit]
 
     def _delete_run(self, run_id: str) -> None:
@@ -1316,6 +1619,54 @@ class RedisStore(Store):
         rows = [_cl_row(_hash(h)) for h in res]
         rows.sort(key=lambda r: (r.claimed_at, r.key))
         return rows
+
+    # ----------------------------------------------------------------------- run lifecycle
+
+    def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,
+                   recovering: bool) -> tuple[RunStartOutcome, RunRow | None, float]:
+        k = self._k
+        outcome, h, now, *previous = self._s_start_run(
+            keys=[k.lc(run_id), k.lcl],
+            args=[self.prefix, run_id, framework, name, owner, repr(float(lease)),
+                  "1" if recovering else "0"])
+        row = None if h is None else _lc_row(_hash(h))
+        if row is not None and previous and previous[0]:
+            row = dataclasses.replace(row, previous_owner=_str(previous[0]))
+        return cast(RunStartOutcome, _str(outcome)), row, float(now)
+
+    def _end_run(self, run_id: str, owner: str, fence: int, status: RunEnd,
+                 detail: bytes | None) -> bool:
+        k = self._k
+        return bool(self._s_end_run(
+            keys=[k.lc(run_id), k.lcl],
+            args=[self.prefix, owner, int(fence), status, _flag(detail), detail or b"",
+                  run_id]))
+
+    def _renew_run(self, run_id: str, owner: str, fence: int, lease: float) -> bool:
+        k = self._k
+        return bool(self._s_renew_run(keys=[k.lc(run_id), k.lcl],
+                                      args=[self.prefix, owner, int(fence),
+                                            repr(float(lease)), run_id]))
+
+    def _get_run(self, run_id: str) -> tuple[RunRow, float] | None:
+        h, now = self._s_get_run(keys=[self._k.lc(run_id)], args=[self.prefix])
+        return (_lc_row(_hash(h)), float(now)) if h else None
+
+    def _list_lifecycles(self, query: RunQuery) -> list[tuple[RunInfo, RunRow, float]]:
+        cursor = query.cursor
+        before = query.updated_before
+        now, res = self._s_list_lc(keys=[self._k.lcl], args=[
+            self.prefix, query.status or "", _flag(query.framework), query.framework or "",
+            _flag(query.name), query.name or "", _flag(before),
+            "" if before is None else repr(float(before)), _flag(cursor),
+            "" if cursor is None else repr(float(cursor[0])),
+            "" if cursor is None else cursor[1],
+            "" if query.limit is None else int(query.limit)])
+        found = []
+        for h, created, updated, n, latest, kind in res:
+            row = _lc_row(_hash(h))
+            found.append((_run_info(row, created, updated, n, latest, kind), row, float(now)))
+        return found
 
 
 __all__ = ["MIGRATIONS", "RedisStore"]

@@ -33,7 +33,15 @@ from functools import cache
 from typing import Any, Generic, Protocol, TypeVar
 
 from remit_core import records
-from remit_core.records import CheckpointRow, ClaimRow, ReceiptRow, RunInfo, WriteRow
+from remit_core.records import (
+    CheckpointRow,
+    ClaimRow,
+    ReceiptRow,
+    RunInfo,
+    RunQuery,
+    RunRow,
+    WriteRow,
+)
 from remit_core.store import chunks as _chunks
 from remit_core.store import decisions
 from remit_core.store.base import USAGE_KEYS, Found, Store
@@ -41,7 +49,7 @@ from remit_core.store.decisions import Change, From, Verdict
 
 #: every table of a store; their names are remit's, in whatever database or schema
 TABLES = ("remit_meta", "remit_runs", "remit_checkpoints", "remit_blobs", "remit_writes",
-          "remit_receipts", "remit_claims", "remit_chunks")
+          "remit_receipts", "remit_claims", "remit_chunks", "remit_lifecycle")
 
 #: The first migration of both SQL backends: every table but the chunks (migration 2).
 #: Append-only like the migration lists that use it: never edit it, add a migration. Its
@@ -134,6 +142,29 @@ CHUNKS = """
     );
     """
 
+#: The third migration: each run's lifecycle (who executes it, parked, done, failed), one
+#: record per run keyed by its id (``key``, as the other record tables). Append-only too.
+#: ``abandoned`` is not stored: a running record whose lease has expired.
+LIFECYCLE = """
+    CREATE TABLE remit_lifecycle (
+        key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        framework TEXT NOT NULL,
+        name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        owner TEXT,
+        fence {int64} NOT NULL,
+        lease_until {time} NOT NULL,
+        waiting {bytes},
+        error {bytes},
+        attempts INTEGER NOT NULL,
+        started_at {time} NOT NULL,
+        updated_at {time} NOT NULL
+    );
+    CREATE INDEX remit_lifecycle_status ON remit_lifecycle (status, updated_at);
+    CREATE INDEX remit_lifecycle_name ON remit_lifecycle (name, status, updated_at);
+    """
+
 #: the columns of a checkpoint row as CheckpointRow takes them
 CHECKPOINT_COLUMNS = ("run_id", "ns", "checkpoint_id", "parent_id", "kind", "execution_id",
                       "data", "metadata", "versions", "created_at", "seq")
@@ -158,6 +189,10 @@ RECEIPT_COLUMNS = (("key", "text"), ("run_id", "text"), ("step", "text"), ("name
 CLAIM_COLUMNS = (("key", "text"), ("run_id", "text"), ("status", "text"), ("owner", "text"),
                  ("fence", "int8"), ("lease_until", "float8"), ("digest", "text"),
                  ("value", "bytea"), ("claimed_at", "float8"), ("consumed_at", "float8"))
+RUN_COLUMNS = (("key", "text"), ("run_id", "text"), ("framework", "text"), ("name", "text"),
+               ("status", "text"), ("owner", "text"), ("fence", "int8"),
+               ("lease_until", "float8"), ("waiting", "bytea"), ("error", "bytea"),
+               ("attempts", "int4"), ("started_at", "float8"), ("updated_at", "float8"))
 
 
 def _bytes(v: Any) -> bytes | None:
@@ -185,6 +220,11 @@ def receipt_row(r: Sequence[Any]) -> ReceiptRow:
 
 def claim_row(r: Sequence[Any]) -> ClaimRow:
     return ClaimRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], _bytes(r[7]), r[8], r[9])
+
+
+def run_row(r: Sequence[Any]) -> RunRow:
+    return RunRow(r[0], r[1], r[2], r[3], r[4], r[5], int(r[6]), float(r[7]), _bytes(r[8]),
+                  _bytes(r[9]), int(r[10]), float(r[11]), float(r[12]))
 
 
 class Dialect:
@@ -227,11 +267,13 @@ class Tables:
         self.meta, self.runs, self.ck = f"{q}remit_meta", f"{q}remit_runs", f"{q}remit_checkpoints"
         self.bl, self.wr, self.ch = f"{q}remit_blobs", f"{q}remit_writes", f"{q}remit_chunks"
         self.rc, self.cl = f"{q}remit_receipts", f"{q}remit_claims"
+        self.lc = f"{q}remit_lifecycle"
         #: everything of a run, in the order delete_run deletes it (the run last)
-        self.of_run = (self.ck, self.bl, self.wr, self.ch, self.rc, self.cl, self.runs)
+        self.of_run = (self.ck, self.bl, self.wr, self.ch, self.rc, self.cl, self.lc,
+                       self.runs)
 
 
-R = TypeVar("R", ReceiptRow, ClaimRow)
+R = TypeVar("R", ReceiptRow, ClaimRow, RunRow)
 
 
 class Records(Generic[R]):
@@ -323,6 +365,7 @@ class SqlStore(Store):
         self._d, self._t = d, tables
         self._receipts = Records(tables.rc, RECEIPT_COLUMNS, receipt_row, "started_at", d)
         self._claims = Records(tables.cl, CLAIM_COLUMNS, claim_row, "claimed_at", d)
+        self._lifecycle = Records(tables.lc, RUN_COLUMNS, run_row, "updated_at", d)
         p, ck = d.p, tables.ck
         #: CO (exclusive_child): another checkpoint of the same kind with this parent
         self._sibling_sql = (
@@ -427,17 +470,25 @@ class SqlStore(Store):
             where.append(f"c.seq < ({sub})")
         return self._checkpoints(where, args, limit, with_writes)
 
-    def _list_runs(self, limit: int | None) -> list[RunInfo]:
+    def _list_runs(self, limit: int | None) -> list[tuple[RunInfo, RunRow | None, float]]:
         t, d = self._t, self._d
         latest = f"FROM {t.ck} c WHERE c.run_id = r.run_id ORDER BY c.seq DESC LIMIT 1"
+        if self._keeps_lifecycles:
+            cols = ", ".join(f"l.{c}" for c, _ in RUN_COLUMNS)
+            joined = f"LEFT JOIN {t.lc} l ON l.key = r.run_id "
+        else:  # (NULL as a column of every lifecycle: none kept)
+            cols, joined = ", ".join("NULL" for _ in RUN_COLUMNS), ""
         with self._reading() as conn:
             rows = conn.execute(
                 "SELECT r.run_id, r.created_at, r.updated_at, "
                 f"(SELECT count(*) FROM {t.ck} c WHERE c.run_id = r.run_id), "
-                f"(SELECT c.checkpoint_id {latest}), (SELECT c.kind {latest}) FROM {t.runs} r "
+                f"(SELECT c.checkpoint_id {latest}), (SELECT c.kind {latest}), {cols}, "
+                f"{d.now} FROM {t.runs} r {joined}"
                 f"ORDER BY r.updated_at DESC, r.run_id{d.collate} LIMIT {d.p('limit')}",
-                {"limit": d.limit(None if limit is None else int(limit))}).fetchall()
-        return [RunInfo(r[0], r[1], r[2], int(r[3]), r[4], r[5]) for r in rows]
+                {"limit": d.limit(None if limit is None else int(limit)),
+                 **self._clock()}).fetchall()
+        return [(RunInfo(r[0], r[1], r[2], int(r[3]), r[4], r[5]),
+                 None if r[6] is None else run_row(r[6:-1]), float(r[-1])) for r in rows]
 
     def _usage(self, run_id: str | None) -> dict[str, int]:
         t = self._t
@@ -609,7 +660,100 @@ class SqlStore(Store):
     def _list_claims(self, run_id: str | None) -> list[ClaimRow]:
         return self._list(self._claims, run_id)
 
+    # ---------------------------------------------------------------------------- lifecycle
 
-__all__ = ["CHECKPOINT_COLUMNS", "CLAIM_COLUMNS", "RECEIPT_COLUMNS", "TABLES", "Dialect",
-           "Found", "Records", "SqlStore", "Tables", "checkpoint_row", "claim_row",
-           "receipt_row", "write_row"]
+    def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,
+                   recovering: bool) -> tuple[records.RunStartOutcome, RunRow | None, float]:
+        seen: list[float] = []
+
+        def decide(cur: RunRow | None, now: float
+                   ) -> Verdict[records.RunStartOutcome, RunRow | None]:
+            seen.append(now)
+            return decisions.start_run(cur, run_id=run_id, framework=framework, name=name,
+                                       owner=owner, lease=lease, recovering=recovering,
+                                       now=now)
+
+        v = self._decide(self._lifecycle, run_id, decide)
+        # (an insert stamped by the server clock was decided at now 0: its started_at is now)
+        now = v.row.started_at if v.write == "insert" and v.row is not None else seen[-1]
+        return v.outcome, v.row, now
+
+    def _end_run(self, run_id: str, owner: str, fence: int, status: records.RunEnd,
+                 detail: bytes | None) -> bool:
+        def decide(cur: RunRow | None, now: float) -> Verdict[bool, RunRow | None]:
+            return decisions.end_run(cur, owner=owner, fence=fence, status=status,
+                                     detail=detail, now=now)
+
+        return bool(self._decide(self._lifecycle, run_id, decide).outcome)
+
+    def _renew_run(self, run_id: str, owner: str, fence: int, lease: float) -> bool:
+        return self._change(self._lifecycle, decisions.RENEW_RUN, run_id, owner=owner,
+                            fence=fence, lease=lease)
+
+    @property
+    def _keeps_lifecycles(self) -> bool:
+        """The store has the lifecycle table (a store of an older layout, opened
+        read-only, does not: it has no lifecycles to read)."""
+        return any("remit_lifecycle" in step
+                   for step in self.migrations[:self.layout_version])
+
+    def _get_run(self, run_id: str) -> tuple[RunRow, float] | None:
+        if not self._keeps_lifecycles:
+            return None
+        with self._reading() as conn:
+            r = conn.execute(self._lifecycle.select_now,
+                             {"key": run_id, **self._clock()}).fetchone()
+        return None if r is None else (run_row(r), float(r[-1]))
+
+    def _list_lifecycles(self, query: RunQuery) -> list[tuple[RunInfo, RunRow, float]]:
+        if not self._keeps_lifecycles:
+            return []
+        t, d = self._t, self._d
+        p = d.p
+        cols = ", ".join(f"l.{c}" for c, _ in RUN_COLUMNS)
+        where: list[str] = []
+        args: dict[str, Any] = {**self._clock(), "limit": d.limit(query.limit)}
+        if query.status == "abandoned":
+            where.append(f"l.status = 'running' AND l.lease_until <= {d.now}")
+        elif query.status == "running":
+            where.append(f"l.status = 'running' AND l.lease_until > {d.now}")
+        elif query.status is not None:
+            where.append(f"l.status = {p('status')}")
+            args["status"] = query.status
+        if query.framework is not None:
+            where.append(f"l.framework = {p('framework')}")
+            args["framework"] = query.framework
+        if query.name is not None:
+            where.append(f"l.name = {p('name')}")
+            args["name"] = query.name
+        if query.updated_before is not None:
+            where.append(f"l.updated_at < {p('before', 'float8')}")
+            args["before"] = float(query.updated_before)
+        if query.cursor is not None:
+            where.append(f"(l.updated_at < {p('cu', 'float8')} OR (l.updated_at = "
+                         f"{p('cu', 'float8')} AND l.key{d.collate} > {p('ck', 'text')}))")
+            args["cu"], args["ck"] = query.cursor
+        latest = f"FROM {t.ck} c WHERE c.run_id = l.run_id ORDER BY c.seq DESC LIMIT 1"
+        sql = (f"SELECT {cols}, {d.now}, r.created_at, r.updated_at, "
+               f"(SELECT count(*) FROM {t.ck} c WHERE c.run_id = l.run_id), "
+               f"(SELECT c.checkpoint_id {latest}), (SELECT c.kind {latest}) "
+               f"FROM {t.lc} l LEFT JOIN {t.runs} r ON r.run_id = l.run_id"
+               + (f" WHERE {' AND '.join(where)}" if where else "")
+               + f" ORDER BY l.updated_at DESC, l.key{d.collate} LIMIT {p('limit')}")
+        with self._reading() as conn:
+            rows = conn.execute(sql, args).fetchall()
+        n = len(RUN_COLUMNS)
+        found = []
+        for r in rows:
+            row = run_row(r[:n])
+            now, created, updated, count, latest_id, latest_kind = r[n:n + 6]
+            info = RunInfo(row.run_id, row.started_at if created is None else float(created),
+                           row.updated_at if updated is None else float(updated), int(count),
+                           latest_id, latest_kind)
+            found.append((info, row, float(now)))
+        return found
+
+
+__all__ = ["CHECKPOINT_COLUMNS", "CLAIM_COLUMNS", "RECEIPT_COLUMNS", "RUN_COLUMNS", "TABLES",
+           "Dialect", "Found", "Records", "SqlStore", "Tables", "checkpoint_row", "claim_row",
+           "receipt_row", "run_row", "write_row"]

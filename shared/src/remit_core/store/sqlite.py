@@ -29,7 +29,7 @@ from remit_core.store.options import Parsed
 from remit_core.store.sql import TABLES
 from remit_core.urls import mask_url
 
-#: the column types of sql.SCHEMA and sql.CHUNKS in this database
+#: the column types of sql.SCHEMA, sql.CHUNKS and sql.LIFECYCLE in this database
 # (the chunks are a rowid table: their rows are 4-64 kB, too large to sit well in a
 # WITHOUT ROWID b-tree)
 SCHEMA_TYPES = dict(seq="INTEGER PRIMARY KEY AUTOINCREMENT", time="REAL", bytes="BLOB",
@@ -39,6 +39,7 @@ SCHEMA_TYPES = dict(seq="INTEGER PRIMARY KEY AUTOINCREMENT", time="REAL", bytes=
 MIGRATIONS: list[str] = [
     sql.SCHEMA.format(**SCHEMA_TYPES),
     sql.CHUNKS.format(**SCHEMA_TYPES),
+    sql.LIFECYCLE.format(**SCHEMA_TYPES),
 ]
 
 _BATCH = 500  # digests per IN (...) list

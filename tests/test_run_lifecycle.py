@@ -1,0 +1,261 @@
+"""The run lifecycle the store keeps for the adapters (issue 15), on every backend:
+who executes a run, parked / done / failed, ``abandoned`` computed from an expired
+lease, recovery taken by exactly one recoverer, and the indexed listing.
+
+The race test uses real OS processes and a barrier; ``REMIT_TEST_BREAK=runs`` makes
+the racers decide by a read instead of the atomic operation, to see it fail.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+
+from remit_core import open_store
+from remit_core.records import RunState
+from remit_core.store import Store, new_owner
+from tests import workers
+
+CTX = mp.get_context("spawn")
+BREAK = os.environ.get("REMIT_TEST_BREAK", "")
+
+# a lease that has run out as soon as it is granted: the run reads as abandoned
+EXPIRED = 0.0
+
+
+def run_id(tag: str) -> str:
+    return f"{tag}-{os.urandom(4).hex()}"
+
+
+def test_a_run_starts_parks_resumes_and_finishes(store: Store) -> None:
+    run = run_id("life")
+    assert store.get_run(run) is None
+    first = store.start_run(run, framework="langgraph", name="approval", owner="w1")
+    assert first.outcome == "started" and first.owns and first.run is not None
+    assert (first.run.status, first.run.owner, first.run.fence, first.run.attempts) == \
+        ("running", "w1", 1, 1)
+    assert (first.run.framework, first.run.name) == ("langgraph", "approval")
+    waiting = {"interrupts": [{"id": "a" * 32, "value": {"question": "approve?"}}]}
+    assert store.end_run(run, owner="w1", fence=1, status="parked", waiting=waiting)
+    parked = store.get_run(run)
+    assert parked is not None
+    assert (parked.status, parked.owner, parked.waiting, parked.error) == \
+        ("parked", None, waiting, None)
+    # the resume: another executor continues it; the parked detail is gone
+    again = store.start_run(run, framework="langgraph", name="approval", owner="w2")
+    assert again.outcome == "started" and again.run is not None
+    assert (again.run.status, again.run.owner, again.run.fence, again.run.attempts,
+            again.run.waiting) == ("running", "w2", 2, 2, None)
+    assert store.renew_run(run, owner="w2", fence=2)
+    assert store.end_run(run, owner="w2", fence=2, status="done")
+    done = store.get_run(run)
+    assert done is not None and (done.status, done.owner) == ("done", None)
+    assert done.updated_at >= parked.updated_at
+
+
+def test_a_failed_run_keeps_its_error(store: Store) -> None:
+    run = run_id("fail")
+    start = store.start_run(run, framework="crewai", name="OrderFlow", owner="w1")
+    assert start.run is not None
+    error = {"type": "KeyError", "message": "'order_id'"}
+    assert store.end_run(run, owner="w1", fence=start.run.fence, status="failed", error=error)
+    failed = store.get_run(run)
+    assert failed is not None and (failed.status, failed.error) == ("failed", error)
+    with pytest.raises(ValueError, match="parked, done or failed"):
+        store.end_run(run, owner="w1", fence=1, status="running")  # type: ignore[arg-type]
+
+
+def test_a_live_executor_is_busy_for_others(store: Store) -> None:
+    run = run_id("busy")
+    store.start_run(run, framework="fw", name="g", owner="w1", lease=60.0)
+    other = store.start_run(run, framework="fw", name="g", owner="w2")
+    assert other.outcome == "busy" and not other.owns
+    assert other.run is not None and other.run.owner == "w1"
+    assert store.start_run(run, framework="fw", name="g", owner="w1").outcome == "reentered"
+    assert not store.renew_run(run, owner="w2", fence=1)
+    assert not store.end_run(run, owner="w2", fence=1, status="done")
+    assert store.recover_run(run, owner="r1").outcome == "busy"  # not abandoned: live
+    state = store.get_run(run)
+    assert state is not None and (state.status, state.owner) == ("running", "w1")
+
+
+def test_an_expired_lease_is_abandoned_and_one_recoverer_takes_it(store: Store) -> None:
+    run = run_id("dead")
+    store.start_run(run, framework="pydantic_graph", name="Ticket", owner="w1", lease=EXPIRED)
+    dead = store.get_run(run)
+    assert dead is not None and dead.status == "abandoned" and dead.owner == "w1"
+    taken = store.recover_run(run, owner="r1", lease=60.0)
+    assert taken.outcome == "taken_over" and taken.previous_owner == "w1"
+    assert taken.run is not None
+    assert (taken.run.status, taken.run.owner, taken.run.fence, taken.run.attempts) == \
+        ("running", "r1", 2, 2)
+    assert (taken.run.framework, taken.run.name) == ("pydantic_graph", "Ticket")
+    assert store.recover_run(run, owner="r2").outcome == "busy"
+    # the recoverer continues the run as its executor: its own start is a re-entry
+    assert store.start_run(run, framework="pydantic_graph", name="Ticket",
+                           owner="r1").outcome == "reentered"
+    # the dead executor, if it was only slow, is fenced out
+    assert not store.renew_run(run, owner="w1", fence=1)
+    assert not store.end_run(run, owner="w1", fence=1, status="done")
+    assert store.end_run(run, owner="r1", fence=2, status="done")
+    assert store.recover_run(run, owner="r3").outcome == "not_abandoned"
+    assert store.recover_run(run_id("none"), owner="r3").outcome == "missing"
+
+
+def test_a_manual_restart_takes_over_an_abandoned_run(store: Store) -> None:
+    run = run_id("manual")
+    store.start_run(run, framework="fw", name="g", owner="w1", lease=EXPIRED)
+    again = store.start_run(run, framework="fw", name="g", owner="w2")
+    assert again.outcome == "taken_over" and again.previous_owner == "w1"
+
+
+def listed(store: Store, **query: Any) -> list[str]:
+    found = store.list_runs(**query)
+    assert all(info.lifecycle is not None for info in found)
+    return [info.run_id for info in found]
+
+
+def test_runs_are_listed_by_status_name_and_time_and_page_by_cursor(store: Store) -> None:
+    tag = run_id("list")
+    runs = {f"{tag}-{i}": i for i in range(7)}
+    for run, i in runs.items():
+        store.start_run(run, framework="langgraph" if i % 2 else "crewai",
+                        name="approval" if i < 4 else "refund", owner=f"w{i}",
+                        lease=EXPIRED if i in (1, 2) else 60.0)
+    assert store.end_run(f"{tag}-3", owner="w3", fence=1, status="parked", waiting=["why?"])
+    assert store.end_run(f"{tag}-4", owner="w4", fence=1, status="failed",
+                         error={"type": "E", "message": "m"})
+    assert store.end_run(f"{tag}-5", owner="w5", fence=1, status="done")
+    mine = set(runs)
+
+    def ours(**query: Any) -> list[str]:
+        return [r for r in listed(store, **query) if r in mine]
+
+    assert sorted(ours(status="abandoned")) == [f"{tag}-1", f"{tag}-2"]
+    assert sorted(ours(status="running")) == [f"{tag}-0", f"{tag}-6"]
+    assert ours(status="parked") == [f"{tag}-3"]
+    assert ours(status="failed") == [f"{tag}-4"]
+    assert ours(status="done") == [f"{tag}-5"]
+    assert sorted(ours(name="approval")) == [f"{tag}-{i}" for i in range(4)]
+    assert sorted(ours(name="approval", status="abandoned")) == [f"{tag}-1", f"{tag}-2"]
+    assert sorted(ours(framework="crewai")) == [f"{tag}-{i}" for i in (0, 2, 4, 6)]
+    everything = ours(framework="langgraph") + ours(framework="crewai")
+    assert sorted(everything) == sorted(runs)
+    # newest change first; the listing's lifecycle is the stored one, status computed
+    states = {info.run_id: info.lifecycle for info in store.list_runs(name="refund")}
+    failed = states[f"{tag}-4"]
+    assert failed is not None and failed.error == {"type": "E", "message": "m"}
+    times = [s.updated_at for s in states.values() if s is not None]
+    assert times == sorted(times, reverse=True)
+    # pages: the cursor continues after the last run listed, whatever the page size
+    pages: list[str] = []
+    cursor = None
+    while True:
+        page = store.list_runs(framework="crewai", limit=2, cursor=cursor)
+        assert len(page) <= 2
+        pages += [info.run_id for info in page]
+        if len(page) < 2:
+            break
+        last = page[-1].lifecycle
+        assert last is not None
+        cursor = last.cursor
+    assert [r for r in pages if r in mine] == ours(framework="crewai")
+    newest = store.get_run(f"{tag}-6")
+    assert newest is not None
+    assert f"{tag}-6" not in ours(updated_before=newest.updated_at)
+    assert f"{tag}-6" in ours(updated_before=newest.updated_at + 1)
+    with pytest.raises(ValueError, match="status must be"):
+        store.list_runs(status="lost")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cursor"):
+        store.list_runs(cursor="not a cursor")
+
+
+def test_the_plain_listing_shows_a_runs_lifecycle(store: Store) -> None:
+    run = run_id("plain")
+    store.put_checkpoint(run, "c1", kind="input", data={"x": 1})
+    store.start_run(run, framework="fw", name="g", owner="w1")
+    info = {i.run_id: i for i in store.list_runs()}[run]
+    assert info.checkpoints == 1 and info.latest_checkpoint_id == "c1"
+    assert isinstance(info.lifecycle, RunState) and info.lifecycle.status == "running"
+    by_status = {i.run_id: i for i in store.list_runs(status="running")}[run]
+    assert (by_status.checkpoints, by_status.latest_checkpoint_id) == (1, "c1")
+
+
+def test_deleting_a_run_deletes_its_lifecycle(store: Store) -> None:
+    run = run_id("gone")
+    store.put_checkpoint(run, "c1", data={})
+    store.start_run(run, framework="fw", name="g", owner="w1")
+    store.delete_run(run)
+    assert store.get_run(run) is None
+    assert run not in listed(store, framework="fw")
+
+
+def drain(results: Any, n: int) -> list[Any]:
+    out = []
+    for _ in range(n):
+        try:
+            out.append(results.get(timeout=120))
+        except queue.Empty:
+            raise AssertionError(f"only {len(out)} of {n} results arrived") from None
+    return out
+
+
+def test_eight_recoverers_race_and_one_takes_each_run(store_url: str) -> None:
+    k, n = 8, 25
+    runs = [run_id("race") for _ in range(n)]
+    with open_store(store_url) as s:
+        for run in runs:  # each one's executor died: its lease has run out
+            s.start_run(run, framework="fw", name="g", owner=new_owner(), lease=EXPIRED)
+    barrier = CTX.Barrier(k)
+    results = CTX.Queue()
+    procs = [CTX.Process(target=workers.recover_racer,
+                         args=(store_url, runs, barrier, results, BREAK == "runs"))
+             for _ in range(k)]
+    for p in procs:
+        p.start()
+    got = drain(results, k * n)
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    by_run: dict[str, Counter[str]] = defaultdict(Counter)
+    for run, _pid, outcome in got:
+        by_run[run][outcome] += 1
+    bad = {r: dict(c) for r, c in by_run.items() if c != Counter(taken_over=1, busy=k - 1)}
+    assert len(by_run) == n
+    assert not bad, f"runs without exactly one recoverer: {bad}"
+    with open_store(store_url) as s:
+        for run in runs:
+            state = s.get_run(run)
+            assert state is not None and state.fence == 2 and state.status == "running"
+
+
+def test_a_store_of_the_older_layout_is_read_without_lifecycles_then_upgraded(
+        tmp_path: Any) -> None:
+    """A store written before the lifecycle existed: ``remit inspect`` (read-only) lists
+    its runs with no lifecycle and changes nothing; the next writable open adds it."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    url = f"sqlite:///{path}"
+    with open_store(url) as s:
+        s.put_checkpoint("r1", "c1", data={})
+        latest = s.layout_version
+    with sqlite3.connect(path) as db:  # back to the layout before the lifecycle
+        db.execute("DROP TABLE remit_lifecycle")
+        db.execute("UPDATE remit_meta SET value = ? WHERE key = 'version'", (str(latest - 1),))
+    with open_store(url, read_only=True) as s:
+        assert s.layout_version == latest - 1
+        assert [(i.run_id, i.lifecycle) for i in s.list_runs()] == [("r1", None)]
+        assert s.get_run("r1") is None and s.list_runs(status="abandoned") == []
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'remit_lifecycle'"
+                          ).fetchone() == (0,)
+    with open_store(url) as s:
+        assert s.layout_version == latest
+        assert s.start_run("r1", framework="fw", name="g", owner="w").outcome == "started"
+        assert [i.lifecycle.status for i in s.list_runs() if i.lifecycle] == ["running"]
