@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import queue
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -20,6 +19,7 @@ from remit_core import open_store
 from remit_core.records import RunState
 from remit_core.store import Store, new_owner
 from tests import workers
+from tests.test_races import drain, join_all
 
 CTX = mp.get_context("spawn")
 BREAK = os.environ.get("REMIT_TEST_BREAK", "")
@@ -195,16 +195,6 @@ def test_deleting_a_run_deletes_its_lifecycle(store: Store) -> None:
     assert run not in listed(store, framework="fw")
 
 
-def drain(results: Any, n: int) -> list[Any]:
-    out = []
-    for _ in range(n):
-        try:
-            out.append(results.get(timeout=120))
-        except queue.Empty:
-            raise AssertionError(f"only {len(out)} of {n} results arrived") from None
-    return out
-
-
 def test_eight_recoverers_race_and_one_takes_each_run(store_url: str) -> None:
     k, n = 8, 25
     runs = [run_id("race") for _ in range(n)]
@@ -219,9 +209,7 @@ def test_eight_recoverers_race_and_one_takes_each_run(store_url: str) -> None:
     for p in procs:
         p.start()
     got = drain(results, k * n)
-    for p in procs:
-        p.join(timeout=120)
-        assert p.exitcode == 0
+    join_all(procs)
     by_run: dict[str, Counter[str]] = defaultdict(Counter)
     for run, _pid, outcome in got:
         by_run[run][outcome] += 1
