@@ -15,18 +15,11 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+# the oracle: every real call of an effect body appends one line (O_APPEND, fsync), with
+# the check harness's own ledger writer
+from remit_check.harness import note
 from remit_core import ConsumeConflict, EffectInDoubt, effect, effect_scope, open_store
 from remit_core.store import new_owner
-
-
-def note(path: str, line: str) -> None:
-    """The oracle: every real call of an effect body appends one line (O_APPEND is atomic)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def claim_racer(url: str, rounds: int, barrier: Any, results: Any, broken: bool) -> None:

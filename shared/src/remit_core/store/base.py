@@ -593,16 +593,13 @@ class Store(ABC):
         ``busy`` (the call does not own the run), an expired one is taken over."""
         return self._run_start(run_id, framework, name, owner, lease, recovering=False)
 
-    def recover_run(self, run_id: str, *, owner: str, framework: str | None = None,
-                    name: str | None = None, lease: float | None = None) -> RunStart:
+    def recover_run(self, run_id: str, *, owner: str, lease: float | None = None) -> RunStart:
         """A recoverer takes an abandoned run (running, its executor's lease expired):
         of k recoverers racing, across processes and hosts, exactly one gets ``taken_over``
         and continues the run; the others get ``busy`` (or ``reentered``: it is theirs
-        already). A run that is not abandoned is ``not_abandoned`` or ``missing``."""
-        found = self.get_run(run_id) if framework is None or name is None else None
-        return self._run_start(
-            run_id, framework or (found.framework if found else ""),
-            name or (found.name if found else ""), owner, lease, recovering=True)
+        already). A run that is not abandoned is ``not_abandoned`` or ``missing``. The
+        run keeps its framework and name."""
+        return self._run_start(run_id, "", "", owner, lease, recovering=True)
 
     def _run_start(self, run_id: str, framework: str, name: str, owner: str,
                    lease: float | None, *, recovering: bool) -> RunStart:

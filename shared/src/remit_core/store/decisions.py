@@ -188,7 +188,8 @@ def start_run(cur: RunRow | None, *, run_id: str, framework: str, name: str, own
     parked, done or failed, recovering            ``not_abandoned``
     ============================================  ===========================================
 
-    ``framework`` and ``name`` are those of the newest start.
+    ``framework`` and ``name`` are those of the newest start; a recovery keeps the run's
+    own (a recoverer continues the run it found, whatever it was called).
     """
     if cur is None:
         if recovering:
@@ -200,6 +201,8 @@ def start_run(cur: RunRow | None, *, run_id: str, framework: str, name: str, own
             return Verdict("reentered", cur)
         if cur.lease_until > now:
             return Verdict("busy", cur)
+        if recovering:
+            framework, name = cur.framework, cur.name
         return Verdict("taken_over", dataclasses.replace(
             cur, framework=framework, name=name, owner=owner, fence=cur.fence + 1,
             lease_until=now + lease, attempts=cur.attempts + 1, updated_at=now,

@@ -909,8 +909,10 @@ if old.status == 'running' then
   -- a retried call, or the recoverer's own run entering: it is the executor already
   if old.owner == owner then return kept('reentered') end
   if tonumber(old.lease_until) > now then return kept('busy') end
-  -- LV: the executor died or stalled; the run is taken over where it is
-  redis.call('HSET', KEYS[1], 'framework', ARGV[3], 'name', ARGV[4], 'owner', owner,
+  -- LV: the executor died or stalled; the run is taken over where it is (a recovery
+  -- keeps the run's framework and name)
+  if not recovering then redis.call('HSET', KEYS[1], 'framework', ARGV[3], 'name', ARGV[4]) end
+  redis.call('HSET', KEYS[1], 'owner', owner,
              'fence', fence, 'lease_until', until_, 'attempts', attempts,
              'updated_at', fmt(now))
   return wrote('taken_over', old.owner or false)

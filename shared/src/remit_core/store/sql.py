@@ -142,8 +142,9 @@ CHUNKS = """
     );
     """
 
-#: The third migration: each run's lifecycle (who executes it, parked, done, failed), one
-#: record per run keyed by its id (``key``, as the other record tables). Append-only too.
+#: A later migration (SQLite's third, PostgreSQL's fourth): each run's lifecycle (who
+#: executes it, parked, done, failed), one record per run keyed by its id (``key``, as the
+#: other record tables). Append-only too.
 #: ``abandoned`` is not stored: a running record whose lease has expired.
 LIFECYCLE = """
     CREATE TABLE remit_lifecycle (
@@ -472,7 +473,6 @@ class SqlStore(Store):
 
     def _list_runs(self, limit: int | None) -> list[tuple[RunInfo, RunRow | None, float]]:
         t, d = self._t, self._d
-        latest = f"FROM {t.ck} c WHERE c.run_id = r.run_id ORDER BY c.seq DESC LIMIT 1"
         if self._keeps_lifecycles:
             cols = ", ".join(f"l.{c}" for c, _ in RUN_COLUMNS)
             joined = f"LEFT JOIN {t.lc} l ON l.key = r.run_id "
@@ -480,15 +480,21 @@ class SqlStore(Store):
             cols, joined = ", ".join("NULL" for _ in RUN_COLUMNS), ""
         with self._reading() as conn:
             rows = conn.execute(
-                "SELECT r.run_id, r.created_at, r.updated_at, "
-                f"(SELECT count(*) FROM {t.ck} c WHERE c.run_id = r.run_id), "
-                f"(SELECT c.checkpoint_id {latest}), (SELECT c.kind {latest}), {cols}, "
-                f"{d.now} FROM {t.runs} r {joined}"
+                f"SELECT r.run_id, r.created_at, r.updated_at, {self._run_counts('r.run_id')}, "
+                f"{cols}, {d.now} FROM {t.runs} r {joined}"
                 f"ORDER BY r.updated_at DESC, r.run_id{d.collate} LIMIT {d.p('limit')}",
                 {"limit": d.limit(None if limit is None else int(limit)),
                  **self._clock()}).fetchall()
         return [(RunInfo(r[0], r[1], r[2], int(r[3]), r[4], r[5]),
                  None if r[6] is None else run_row(r[6:-1]), float(r[-1])) for r in rows]
+
+    def _run_counts(self, run: str) -> str:
+        """The listing's columns of the run named by the SQL expression ``run``: its
+        checkpoint count, the latest checkpoint's id and kind."""
+        ck = self._t.ck
+        latest = f"FROM {ck} c WHERE c.run_id = {run} ORDER BY c.seq DESC LIMIT 1"
+        return (f"(SELECT count(*) FROM {ck} c WHERE c.run_id = {run}), "
+                f"(SELECT c.checkpoint_id {latest}), (SELECT c.kind {latest})")
 
     def _usage(self, run_id: str | None) -> dict[str, int]:
         t = self._t
@@ -733,11 +739,8 @@ class SqlStore(Store):
             where.append(f"(l.updated_at < {p('cu', 'float8')} OR (l.updated_at = "
                          f"{p('cu', 'float8')} AND l.key{d.collate} > {p('ck', 'text')}))")
             args["cu"], args["ck"] = query.cursor
-        latest = f"FROM {t.ck} c WHERE c.run_id = l.run_id ORDER BY c.seq DESC LIMIT 1"
         sql = (f"SELECT {cols}, {d.now}, r.created_at, r.updated_at, "
-               f"(SELECT count(*) FROM {t.ck} c WHERE c.run_id = l.run_id), "
-               f"(SELECT c.checkpoint_id {latest}), (SELECT c.kind {latest}) "
-               f"FROM {t.lc} l LEFT JOIN {t.runs} r ON r.run_id = l.run_id"
+               f"{self._run_counts('l.run_id')} FROM {t.lc} l LEFT JOIN {t.runs} r ON r.run_id = l.run_id"
                + (f" WHERE {' AND '.join(where)}" if where else "")
                + f" ORDER BY l.updated_at DESC, l.key{d.collate} LIMIT {p('limit')}")
         with self._reading() as conn:
