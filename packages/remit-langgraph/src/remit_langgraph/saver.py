@@ -300,8 +300,10 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         before_id = get_checkpoint_id(before) if before else None
         # the limit can go to the store only when nothing is filtered here afterwards
         checked_here = bool(filter) or only_id is not None
+        before_ns = (before or {}).get("configurable", {}).get("checkpoint_ns")
         bound = (None if before_id is None or thread_id is None or ns is None
-                 else self._bound_in_an_ancestor(str(thread_id), str(ns), before_id))
+                 else self._bound_in_an_ancestor(str(thread_id), str(ns), before_id,
+                                                 None if before_ns is None else str(before_ns)))
         found: Iterator[StoredCheckpoint]
         if bound is not None:
             found = _made_before(self.store, str(thread_id), str(ns), bound)
@@ -324,15 +326,26 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
                 if left <= 0:
                     return
 
-    def _bound_in_an_ancestor(self, thread_id: str, ns: str, before_id: str) -> datetime | None:
+    def _bound_in_an_ancestor(self, thread_id: str, ns: str, before_id: str,
+                              before_ns: str | None) -> datetime | None:
         """When ``before_id`` is not a checkpoint of ``ns`` but of an enclosing namespace
-        (the root's or a parent subgraph's), the time it was made; else None."""
-        if ns == "" or self.store.get_checkpoint(thread_id, before_id, ns=ns,
-                                                 with_writes=False) is not None:
+        (the root's or a parent subgraph's), the time it was made; else None.
+
+        A ``before`` that names its namespace (``get_state_history(before=state.config)``)
+        is looked up there alone; one that does not (LangGraph's subgraph replay gives the
+        id only) in ``ns``, then in each enclosing namespace, innermost first."""
+        if ns == "" or before_ns == ns:
             return None
-        parts = ns.split("|")
-        for depth in range(len(parts) - 1, -1, -1):
-            found = self.store.get_checkpoint(thread_id, before_id, ns="|".join(parts[:depth]),
+        if before_ns is None:
+            if self.store.get_checkpoint(thread_id, before_id, ns=ns,
+                                         with_writes=False) is not None:
+                return None
+            parts = ns.split("|")
+            places = ["|".join(parts[:depth]) for depth in range(len(parts) - 1, -1, -1)]
+        else:
+            places = [before_ns]
+        for place in places:
+            found = self.store.get_checkpoint(thread_id, before_id, ns=place,
                                               with_writes=False)
             if found is not None:
                 return _made_at(found)
