@@ -66,7 +66,7 @@ def test_a_failed_run_keeps_its_error(store: Store) -> None:
     assert store.end_run(run, owner="w1", fence=start.run.fence, status="failed", error=error)
     failed = store.get_run(run)
     assert failed is not None and (failed.status, failed.error) == ("failed", error)
-    with pytest.raises(ValueError, match="parked, done or failed"):
+    with pytest.raises(ValueError, match="parked, done, failed or needs-attention"):
         store.end_run(run, owner="w1", fence=1, status="running")  # type: ignore[arg-type]
 
 
@@ -112,6 +112,60 @@ def test_a_manual_restart_takes_over_an_abandoned_run(store: Store) -> None:
     store.start_run(run, framework="fw", name="g", owner="w1", lease=EXPIRED)
     again = store.start_run(run, framework="fw", name="g", owner="w2")
     assert again.outcome == "taken_over" and again.previous_owner == "w1"
+
+
+def test_a_failed_run_is_retaken_only_when_asked_and_attempts_are_bounded(
+        store: Store) -> None:
+    run = run_id("retry")
+    start = store.start_run(run, framework="fw", name="g", owner="w1")
+    assert start.run is not None
+    store.end_run(run, owner="w1", fence=start.run.fence, status="failed",
+                  error={"type": "ValueError", "message": "bad"})
+    assert store.recover_run(run, owner="r1").outcome == "not_abandoned"
+    retried = store.recover_run(run, owner="r1", retry_failed=True, max_attempts=3)
+    assert retried.outcome == "taken_over" and retried.run is not None
+    assert (retried.run.status, retried.run.attempts, retried.run.error) == ("running", 2, None)
+    assert store.recover_run(run, owner="r2", retry_failed=True).outcome == "busy"
+    store.end_run(run, owner="r1", fence=retried.run.fence, status="failed", error={"n": 2})
+    third = store.recover_run(run, owner="r2", retry_failed=True, max_attempts=3)
+    assert third.outcome == "taken_over" and third.run is not None and third.run.attempts == 3
+    store.end_run(run, owner="r2", fence=third.run.fence, status="failed", error={"n": 3})
+    spent = store.recover_run(run, owner="r3", retry_failed=True, max_attempts=3)
+    assert spent.outcome == "exhausted"
+    kept = store.get_run(run)
+    assert kept is not None and (kept.status, kept.error, kept.attempts) == ("failed", {"n": 3}, 3)
+
+
+def test_an_abandoned_run_whose_attempts_are_spent_is_recorded_failed(store: Store) -> None:
+    run = run_id("poison")
+    store.start_run(run, framework="fw", name="g", owner="w1", lease=EXPIRED)
+    taken = store.recover_run(run, owner="r1", lease=EXPIRED, max_attempts=2)
+    assert taken.outcome == "taken_over"  # the second execution, and it dies too
+    spent = store.recover_run(run, owner="r2", max_attempts=2)
+    assert spent.outcome == "exhausted"
+    failed = store.get_run(run)
+    assert failed is not None and failed.status == "failed" and failed.owner is None
+    assert failed.error["type"] == "RecoveryExhausted" and "2 executions" in \
+        failed.error["message"]
+    assert run in listed(store, status="failed")
+    assert run not in listed(store, status="abandoned")
+
+
+def test_a_run_needing_attention_is_continued_once_settled(store: Store) -> None:
+    run = run_id("doubt")
+    start = store.start_run(run, framework="fw", name="g", owner="w1")
+    assert start.run is not None
+    assert store.end_run(run, owner="w1", fence=start.run.fence, status="needs-attention",
+                         waiting={"receipt": "k1"})
+    held = store.get_run(run)
+    assert held is not None and (held.status, held.waiting) == ("needs-attention",
+                                                                {"receipt": "k1"})
+    assert run in listed(store, status="needs-attention")
+    assert store.recover_run(run, owner="r1").outcome == "not_abandoned"
+    again = store.recover_run(run, owner="r1", attention=True)
+    assert again.outcome == "taken_over" and again.run is not None
+    assert (again.run.status, again.run.waiting) == ("running", None)
+    assert run not in listed(store, status="needs-attention")
 
 
 def listed(store: Store, **query: Any) -> list[str]:

@@ -77,7 +77,7 @@ from hypothesis.stateful import (
 
 from remit_core import ConsumeConflict, SerializationError, StateValidationError, open_store
 from remit_core.errors import LeaseLost
-from remit_core.records import Checkpoint, Claim, ClaimRow, Receipt, ReceiptRow, RunRow
+from remit_core.records import Checkpoint, Claim, ClaimRow, Receipt, ReceiptRow, Recovery, RunRow
 from remit_core.store import Store, chunks, decisions
 from remit_core.store.decisions import Verdict
 from remit_core.store.redis import RedisStore
@@ -1304,8 +1304,8 @@ def test_claims_decide_as_the_pure_functions(store: Store) -> None:
 
 def stored_runs() -> Iterator[Callable[[str, float], RunRow | None]]:
     yield lambda key, now: None
-    for status, live in itertools.product(["running", "parked", "done", "failed"],
-                                          [True, False]):
+    for status, live in itertools.product(
+            ["running", "parked", "done", "failed", "needs-attention"], [True, False]):
         if status != "running" and live:
             continue  # (only a running run has a lease)
 
@@ -1314,26 +1314,33 @@ def stored_runs() -> Iterator[Callable[[str, float], RunRow | None]]:
             return RunRow(key, key, "fw", "old-name", status,  # type: ignore[arg-type]
                           HOLDER if running else None, FENCE,
                           now + FAR if live else (now - FAR if running else 0.0),
-                          b"\x01wait" if status == "parked" else None,
+                          b"\x01wait" if status in ("parked", "needs-attention") else None,
                           b"\x01boom" if status == "failed" else None, 3, now - 3 * FAR,
                           now - 2 * FAR)
         yield make
 
 
+#: a plain start, and recoveries: of abandoned runs only, also retaking failed and
+#: needs-attention ones, with attempts left (the stored runs have had 3) and spent
+RECOVERIES = [None, Recovery(), Recovery(("failed", "needs-attention"), 5, None),
+              Recovery(("failed",), 3, b"\x01spent"), Recovery(("needs-attention",), 2, None)]
+
+
 def run_requests(store: Store) -> Iterator[Case]:
-    def start(owner: str, recovering: bool) -> Case:
+    def start(owner: str, recovery: Recovery | None) -> Case:
         def decide(key: str, cur: Any, now: float) -> Verdict[Any, Any]:
             return decisions.start_run(cur, run_id=key, framework="fw2", name="graph",
-                                       owner=owner, lease=LEASE, recovering=recovering,
+                                       owner=owner, lease=LEASE, recovery=recovery,
                                        now=now)
 
         def call(key: str) -> Any:
-            return store._start_run(key, "fw2", "graph", owner, LEASE, recovering)
+            return store._start_run(key, "fw2", "graph", owner, LEASE, recovery)
 
-        return "start_run", (owner, recovering), decide, call
+        return "start_run", (owner, recovery), decide, call
 
     def end(owner: str, fence: int, status: str) -> Case:
-        detail = {"parked": b"\x01w2", "failed": b"\x01e2"}.get(status)
+        detail = {"parked": b"\x01w2", "failed": b"\x01e2",
+                  "needs-attention": b"\x01k2"}.get(status)
 
         def decide(key: str, cur: Any, now: float) -> Verdict[Any, Any]:
             return decisions.end_run(cur, owner=owner, fence=fence,
@@ -1350,9 +1357,9 @@ def run_requests(store: Store) -> Iterator[Case]:
                            lambda key: store._renew_run(key, owner, fence, LEASE))
 
     for owner, fence in CALLERS:
-        yield start(owner, False)
-        yield start(owner, True)
-        for status in ("parked", "done", "failed"):
+        for recovery in RECOVERIES:
+            yield start(owner, recovery)
+        for status in ("parked", "done", "failed", "needs-attention"):
             yield end(owner, fence, status)
         yield renew(owner, fence)
 
@@ -1361,4 +1368,4 @@ def test_runs_decide_as_the_pure_functions(store: Store) -> None:
     """The run lifecycle's decisions, on every backend (the Redis one in Lua), are those
     of remit_core.store.decisions, on every stored record and request."""
     n = check_all(store, list(stored_runs()), list(run_requests(store)), kind="run")
-    assert n == 6 * 36
+    assert n == 7 * 60

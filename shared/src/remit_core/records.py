@@ -14,16 +14,19 @@ ReceiptStatus = Literal["started", "completed"]
 ClaimStatus = Literal["claimed", "consumed", "released"]
 #: a run's lifecycle as stored; ``abandoned`` (running, its executor's lease expired) is
 #: computed when it is read, never written
-RunStatus = Literal["running", "parked", "done", "failed"]
+RunStatus = Literal["running", "parked", "done", "failed", "needs-attention"]
+#: every status a listing filters by: the stored ones and the computed ``abandoned``
+RUN_STATUSES: tuple[str, ...] = ("running", "parked", "done", "failed", "needs-attention",
+                                 "abandoned")
 #: how an execution of a run ends
-RunEnd = Literal["parked", "done", "failed"]
+RunEnd = Literal["parked", "done", "failed", "needs-attention"]
 
 # Outcomes of the atomic primitives, decided inside one backend operation by the pure
 # functions of remit_core.store.decisions (and the Lua scripts checked against them).
 ReceiptOutcome = Literal["run", "taken_over", "done", "busy", "in_doubt"]
 ClaimOutcome = Literal["won", "reentered", "taken_over", "held", "consumed", "mismatch"]
 RunStartOutcome = Literal["started", "reentered", "busy", "taken_over", "missing",
-                          "not_abandoned"]
+                          "not_abandoned", "exhausted"]
 
 
 # -- rows (backend level) ------------------------------------------------------------------------
@@ -201,6 +204,8 @@ class RunStart:
       expired (``previous_owner``).
     * ``busy``: another executor's lease is live; the caller does not own the run.
     * ``missing`` / ``not_abandoned`` (recovery only): there is nothing to recover.
+    * ``exhausted`` (recovery only): the run has had its ``max_attempts`` executions; it
+      is not taken (an abandoned one is recorded ``failed``).
     """
 
     outcome: RunStartOutcome
@@ -210,6 +215,26 @@ class RunStart:
     @property
     def owns(self) -> bool:
         return self.outcome in ("started", "taken_over", "reentered")
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What a recoverer may take (:meth:`Store.recover_run`), as a backend takes it.
+
+    Always an abandoned run (running, its executor's lease expired); also a run whose
+    stored status is in ``retake`` (``failed``: a retry asked for; ``needs-attention``:
+    its in-doubt effect was settled). ``max_attempts`` (0: no bound) bounds the
+    executions a run gets, recoveries included: a run that has had them is not taken
+    (``exhausted``), and an abandoned one is recorded ``failed`` with ``exhausted``, the
+    encoded error saying so, so that a run that kills its executor every time is not
+    recovered forever."""
+
+    retake: tuple[str, ...] = ()
+    max_attempts: int = 0
+    exhausted: bytes | None = None
+
+    def spent(self, attempts: int) -> bool:
+        return 0 < self.max_attempts <= attempts
 
 
 @dataclass(frozen=True, slots=True)

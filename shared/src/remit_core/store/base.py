@@ -50,6 +50,7 @@ from remit_core.errors import (
     StoreVersionError,
 )
 from remit_core.records import (
+    RUN_STATUSES,
     BlobRow,
     Checkpoint,
     CheckpointRow,
@@ -61,6 +62,7 @@ from remit_core.records import (
     ReceiptOutcome,
     ReceiptRow,
     ReceiptStart,
+    Recovery,
     RunEnd,
     RunInfo,
     RunQuery,
@@ -552,9 +554,8 @@ class Store(ABC):
             return [info if row is None else
                     dataclasses.replace(info, lifecycle=self._run_state(row, now))
                     for info, row, now in self._call(self._list_runs, limit)]
-        if status is not None and status not in ("running", "parked", "done", "failed",
-                                                 "abandoned"):
-            raise ValueError(f"status must be running, parked, done, failed or abandoned, "
+        if status is not None and status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, "
                              f"not {status!r}")
         return [dataclasses.replace(info, lifecycle=self._run_state(row, now))
                 for info, row, now in self._call(self._list_lifecycles, query)]
@@ -591,21 +592,41 @@ class Store(ABC):
         end it records (:meth:`end_run`). See
         :func:`remit_core.store.decisions.start_run`: another executor's live lease is
         ``busy`` (the call does not own the run), an expired one is taken over."""
-        return self._run_start(run_id, framework, name, owner, lease, recovering=False)
+        return self._run_start(run_id, framework, name, owner, lease, None)
 
-    def recover_run(self, run_id: str, *, owner: str, lease: float | None = None) -> RunStart:
+    def recover_run(self, run_id: str, *, owner: str, lease: float | None = None,
+                    retry_failed: bool = False, attention: bool = False,
+                    max_attempts: int = 0) -> RunStart:
         """A recoverer takes an abandoned run (running, its executor's lease expired):
         of k recoverers racing, across processes and hosts, exactly one gets ``taken_over``
         and continues the run; the others get ``busy`` (or ``reentered``: it is theirs
         already). A run that is not abandoned is ``not_abandoned`` or ``missing``. The
-        run keeps its framework and name."""
-        return self._run_start(run_id, "", "", owner, lease, recovering=True)
+        run keeps its framework and name.
+
+        ``retry_failed`` also takes a ``failed`` run, ``attention`` a ``needs-attention``
+        one (the caller checked that what it waited for was settled). ``max_attempts``
+        (0: no bound) bounds the executions a run gets: a run that has had them is
+        ``exhausted`` and not taken; an abandoned one is then recorded ``failed``, with an
+        error saying so. See :func:`remit_core.store.decisions.start_run`.
+        """
+        retake = (("failed",) if retry_failed else ()) + (
+            ("needs-attention",) if attention else ())
+        if max_attempts < 0:
+            raise ValueError(f"max_attempts must be 0 (no bound) or more, not {max_attempts}")
+        exhausted = self.serde.encode(
+            {"type": "RecoveryExhausted",
+             "message": f"the run was not recovered again: it had {max_attempts} executions "
+                        "(max_attempts); see why its executors ended before recovering it "
+                        "by hand"},
+            record=f"error of run {run_id!r}") if max_attempts else None
+        return self._run_start(run_id, "", "", owner, lease,
+                               Recovery(retake, max_attempts, exhausted))
 
     def _run_start(self, run_id: str, framework: str, name: str, owner: str,
-                   lease: float | None, *, recovering: bool) -> RunStart:
+                   lease: float | None, recovery: Recovery | None) -> RunStart:
         outcome, row, now = self._call(self._start_run, run_id, str(framework), str(name),
                                        owner, self.lease if lease is None else lease,
-                                       recovering)
+                                       recovery)
         state = None if row is None else self._run_state(row, now)
         return RunStart(outcome, state,
                         row.previous_owner if outcome == "taken_over" and row else None)
@@ -613,17 +634,22 @@ class Store(ABC):
     def end_run(self, run_id: str, *, owner: str, fence: int, status: RunEnd,
                 waiting: Any = None, error: Any = None) -> bool:
         """The executor records how its execution of the run ended: ``parked``
-        (``waiting``: what the run waits for, e.g. the interrupts' values), ``done``, or
-        ``failed`` (``error``: what ended it, e.g. ``{"type": ..., "message": ...}``).
+        (``waiting``: what the run waits for, e.g. the interrupts' values), ``done``,
+        ``failed`` (``error``: what ended it, e.g. ``{"type": ..., "message": ...}``), or
+        ``needs-attention`` (``waiting``: what a person must settle first, e.g.
+        ``{"receipt": key}`` of an in-doubt effect; a recovery with ``attention=True``
+        continues it once that is settled).
 
         Fenced: False, and nothing written, when the caller no longer executes the run
         (its lease expired and another executor took it over; that one's record stands).
         """
-        if status not in ("parked", "done", "failed"):
-            raise ValueError(f"a run ends parked, done or failed, not {status!r}")
-        detail = waiting if status == "parked" else error if status == "failed" else None
+        if status not in ("parked", "done", "failed", "needs-attention"):
+            raise ValueError("a run ends parked, done, failed or needs-attention, not "
+                             f"{status!r}")
+        waits = status in ("parked", "needs-attention")
+        detail = waiting if waits else error if status == "failed" else None
         data = None if detail is None else self.serde.encode(
-            detail, record=f"{'waiting' if status == 'parked' else 'error'} of run {run_id!r}")
+            detail, record=f"{'waiting' if waits else 'error'} of run {run_id!r}")
         return self._call(self._end_run, run_id, owner, fence, status, data)
 
     def renew_run(self, run_id: str, *, owner: str, fence: int,
@@ -1114,7 +1140,7 @@ class Store(ABC):
 
     @abstractmethod
     def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,
-                   recovering: bool) -> tuple[RunStartOutcome, RunRow | None, float]:
+                   recovery: Recovery | None) -> tuple[RunStartOutcome, RunRow | None, float]:
         """:func:`~remit_core.store.decisions.start_run`, in one atomic operation; also
         returns the backend's clock as the decision saw it."""
 

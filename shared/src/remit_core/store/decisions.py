@@ -35,6 +35,7 @@ from remit_core.records import (
     ClaimRow,
     ReceiptOutcome,
     ReceiptRow,
+    Recovery,
     RunEnd,
     RunRow,
     RunStartOutcome,
@@ -163,13 +164,14 @@ def consume_claim(cur: ClaimRow | None, *, owner: str, fence: int, digest: str |
 
 
 def start_run(cur: RunRow | None, *, run_id: str, framework: str, name: str, owner: str,
-              lease: float, recovering: bool, now: float
+              lease: float, recovery: Recovery | None, now: float
               ) -> Verdict[RunStartOutcome, RunRow | None]:
     """Who executes run ``run_id`` now (the run lifecycle; LV for whole runs).
 
     An executor that starts or continues a run records itself with a lease it renews while
-    it works; a recoverer (``recovering``) may only take a run whose executor's lease has
-    expired, so that of k recoverers exactly one continues it.
+    it works; a recoverer (``recovery`` given) may only take a run whose executor's lease
+    has expired, or one whose stored status it asks to retake, so that of k recoverers
+    exactly one continues it.
 
     ============================================  ===========================================
     stored run                                    outcome (and write)
@@ -179,37 +181,51 @@ def start_run(cur: RunRow | None, *, run_id: str, framework: str, name: str, own
     none, recovering                              ``missing``
     running, owner == owner                       ``reentered`` (no write)
     running, lease_until > now                    ``busy``
+    running, expired, recovering, attempts spent  ``exhausted``: failed(error
+                                                  ``recovery.exhausted``), no owner
     running, expired                              ``taken_over``: owner, fence+1,
                                                   attempts+1, lease (the row returned has
                                                   ``previous_owner``)
-    parked, done or failed, not recovering        ``started``: running(owner, fence+1,
-                                                  attempts+1, lease), nothing it waited for
+    status in ``recovery.retake``, spent          ``exhausted`` (no write)
+    status in ``recovery.retake``                 ``taken_over``: running(owner, fence+1,
+                                                  attempts+1, lease), nothing it waited
+                                                  for or failed with kept
+    any other status, recovering                  ``not_abandoned``
+    parked, done, failed or needs-attention,      ``started``: running(owner, fence+1,
+    not recovering                                attempts+1, lease), nothing it waited for
                                                   or failed with kept
-    parked, done or failed, recovering            ``not_abandoned``
     ============================================  ===========================================
 
     ``framework`` and ``name`` are those of the newest start; a recovery keeps the run's
-    own (a recoverer continues the run it found, whatever it was called).
+    own (a recoverer continues the run it found, whatever it was called). "Spent":
+    ``recovery.max_attempts`` executions started already (:meth:`Recovery.spent`).
     """
     if cur is None:
-        if recovering:
+        if recovery is not None:
             return Verdict("missing", None)
         return Verdict("started", RunRow(run_id, run_id, framework, name, "running", owner, 1,
                                          now + lease, None, None, 1, now, now), "insert")
+    if recovery is not None:
+        framework, name = cur.framework, cur.name
     if cur.status == "running":
         if cur.owner == owner:  # a retried call, or the recoverer's own run entering
             return Verdict("reentered", cur)
         if cur.lease_until > now:
             return Verdict("busy", cur)
-        if recovering:
-            framework, name = cur.framework, cur.name
+        if recovery is not None and recovery.spent(cur.attempts):
+            return Verdict("exhausted", dataclasses.replace(
+                cur, status="failed", owner=None, lease_until=0.0, waiting=None,
+                error=recovery.exhausted, updated_at=now), "update")
         return Verdict("taken_over", dataclasses.replace(
             cur, framework=framework, name=name, owner=owner, fence=cur.fence + 1,
             lease_until=now + lease, attempts=cur.attempts + 1, updated_at=now,
             previous_owner=cur.owner), "update")
-    if recovering:  # parked for a person, finished or failed: nothing to recover
-        return Verdict("not_abandoned", cur)
-    return Verdict("started", dataclasses.replace(
+    if recovery is not None:
+        if cur.status not in recovery.retake:  # parked for a person, finished, ...
+            return Verdict("not_abandoned", cur)
+        if recovery.spent(cur.attempts):
+            return Verdict("exhausted", cur)
+    return Verdict("taken_over" if recovery is not None else "started", dataclasses.replace(
         cur, framework=framework, name=name, status="running", owner=owner,
         fence=cur.fence + 1, lease_until=now + lease, waiting=None, error=None,
         attempts=cur.attempts + 1, started_at=now, updated_at=now), "update")
@@ -218,7 +234,9 @@ def start_run(cur: RunRow | None, *, run_id: str, framework: str, name: str, own
 def end_run(cur: RunRow | None, *, owner: str, fence: int, status: RunEnd,
             detail: bytes | None, now: float) -> Verdict[bool, RunRow | None]:
     """The executor of a run records how its execution ended: ``parked`` (``detail``:
-    what it waits for), ``done``, or ``failed`` (``detail``: the error).
+    what it waits for), ``done``, ``failed`` (``detail``: the error), or
+    ``needs-attention`` (``detail``: what a person must settle, e.g. an in-doubt effect's
+    receipt; kept as what the run waits for).
 
     True when the caller still executes the run (owner and fence, status running); the
     run then has no owner and no lease. False otherwise (a later executor took it over:
@@ -227,7 +245,7 @@ def end_run(cur: RunRow | None, *, owner: str, fence: int, status: RunEnd,
         return Verdict(False, cur)
     return Verdict(True, dataclasses.replace(
         cur, status=status, owner=None, lease_until=0.0,
-        waiting=detail if status == "parked" else None,
+        waiting=detail if status in ("parked", "needs-attention") else None,
         error=detail if status == "failed" else None, updated_at=now), "update")
 
 

@@ -119,6 +119,7 @@ from remit_core.records import (
     ClaimRow,
     ReceiptOutcome,
     ReceiptRow,
+    Recovery,
     RunEnd,
     RunInfo,
     RunQuery,
@@ -882,11 +883,14 @@ return 1
 """
 
 # decisions.start_run. Returns {outcome, HGETALL or false, now[, previous owner]}.
-# KEYS: 1 lc, 2 lcl. ARGV: 1 P, 2 run, 3 framework, 4 name, 5 owner, 6 lease, 7 recovering
+# KEYS: 1 lc, 2 lcl. ARGV: 1 P, 2 run, 3 framework, 4 name, 5 owner, 6 lease, 7 recovering,
+# 8 the statuses a recovery retakes (",failed,needs-attention,"), 9 max_attempts (0: none),
+# 10 has exhausted, 11 exhausted (the error of an abandoned run whose attempts are spent)
 _START_RUN = """
 local now = stamp()
 local r, owner = ARGV[2], ARGV[5]
 local recovering = ARGV[7] == '1'
+local most = tonumber(ARGV[9])
 local until_ = fmt(now + tonumber(ARGV[6]))
 local flat = redis.call('HGETALL', KEYS[1])
 local old = hmap(flat)
@@ -905,10 +909,17 @@ if #flat == 0 then
 end
 -- computed before the first write: a corrupt record fails the script before it writes
 local fence, attempts = int(tonumber(old.fence) + 1), int(tonumber(old.attempts) + 1)
+local spent = recovering and most > 0 and tonumber(old.attempts) >= most
 if old.status == 'running' then
   -- a retried call, or the recoverer's own run entering: it is the executor already
   if old.owner == owner then return kept('reentered') end
   if tonumber(old.lease_until) > now then return kept('busy') end
+  if spent then
+    redis.call('HSET', KEYS[1], 'status', 'failed', 'lease_until', fmt(0), 'updated_at', fmt(now))
+    redis.call('HDEL', KEYS[1], 'owner', 'waiting', 'error')
+    if ARGV[10] == '1' then redis.call('HSET', KEYS[1], 'error', ARGV[11]) end
+    return wrote('exhausted')
+  end
   -- LV: the executor died or stalled; the run is taken over where it is (a recovery
   -- keeps the run's framework and name)
   if not recovering then redis.call('HSET', KEYS[1], 'framework', ARGV[3], 'name', ARGV[4]) end
@@ -917,13 +928,22 @@ if old.status == 'running' then
              'updated_at', fmt(now))
   return wrote('taken_over', old.owner or false)
 end
--- parked, done or failed: nothing to recover, but a start executes the run again
-if recovering then return kept('not_abandoned') end
-redis.call('HSET', KEYS[1], 'framework', ARGV[3], 'name', ARGV[4], 'status', 'running',
+local outcome = 'started'
+if recovering then
+  -- parked for a person, finished, ...: nothing to recover, unless asked to retake it
+  if not string.find(ARGV[8], ',' .. old.status .. ',', 1, true) then
+    return kept('not_abandoned')
+  end
+  if spent then return kept('exhausted') end
+  outcome = 'taken_over'
+else
+  redis.call('HSET', KEYS[1], 'framework', ARGV[3], 'name', ARGV[4])
+end
+redis.call('HSET', KEYS[1], 'status', 'running',
            'owner', owner, 'fence', fence, 'lease_until', until_, 'attempts', attempts,
            'started_at', fmt(now), 'updated_at', fmt(now))
 redis.call('HDEL', KEYS[1], 'waiting', 'error')
-return wrote('started')
+return wrote(outcome)
 """
 
 # decisions.end_run. KEYS: 1 lc, 2 lcl. ARGV: 1 P, 2 owner, 3 fence, 4 status (parked, done
@@ -936,7 +956,8 @@ end
 local status = ARGV[4]
 redis.call('HSET', KEYS[1], 'status', status, 'lease_until', fmt(0), 'updated_at', fmt(stamp()))
 redis.call('HDEL', KEYS[1], 'owner', 'waiting', 'error')
-if ARGV[5] == '1' and status == 'parked' then redis.call('HSET', KEYS[1], 'waiting', ARGV[6])
+if ARGV[5] == '1' and (status == 'parked' or status == 'needs-attention') then
+  redis.call('HSET', KEYS[1], 'waiting', ARGV[6])
 elseif ARGV[5] == '1' and status == 'failed' then redis.call('HSET', KEYS[1], 'error', ARGV[6])
 end
 lc_reindex(ARGV[7], old, hmap(redis.call('HGETALL', KEYS[1])), KEYS[2])
@@ -1625,12 +1646,16 @@ class RedisStore(Store):
     # ----------------------------------------------------------------------- run lifecycle
 
     def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,
-                   recovering: bool) -> tuple[RunStartOutcome, RunRow | None, float]:
+                   recovery: Recovery | None) -> tuple[RunStartOutcome, RunRow | None, float]:
         k = self._k
+        retake = "," + ",".join(recovery.retake if recovery else ()) + ","
+        exhausted = recovery.exhausted if recovery else None
         outcome, h, now, *previous = self._s_start_run(
             keys=[k.lc(run_id), k.lcl],
             args=[self.prefix, run_id, framework, name, owner, repr(float(lease)),
-                  "1" if recovering else "0"])
+                  "0" if recovery is None else "1", retake,
+                  int(recovery.max_attempts if recovery else 0), _flag(exhausted),
+                  exhausted or b""])
         row = None if h is None else _lc_row(_hash(h))
         if row is not None and previous and previous[0]:
             row = dataclasses.replace(row, previous_owner=_str(previous[0]))

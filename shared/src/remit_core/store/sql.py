@@ -669,14 +669,15 @@ class SqlStore(Store):
     # ---------------------------------------------------------------------------- lifecycle
 
     def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,
-                   recovering: bool) -> tuple[records.RunStartOutcome, RunRow | None, float]:
+                   recovery: records.Recovery | None
+                   ) -> tuple[records.RunStartOutcome, RunRow | None, float]:
         seen: list[float] = []
 
         def decide(cur: RunRow | None, now: float
                    ) -> Verdict[records.RunStartOutcome, RunRow | None]:
             seen.append(now)
             return decisions.start_run(cur, run_id=run_id, framework=framework, name=name,
-                                       owner=owner, lease=lease, recovering=recovering,
+                                       owner=owner, lease=lease, recovery=recovery,
                                        now=now)
 
         v = self._decide(self._lifecycle, run_id, decide)
