@@ -23,6 +23,10 @@ translates its framework's calls into store operations. From the core it imports
 * **Refusals.** A slot found consumed is refused with
   :meth:`Store.claim_conflict <remit_core.store.Store.claim_conflict>`, the same
   :class:`ConsumeConflict` that :meth:`Store.claim_once` raises.
+* **Run lifecycle and recovery.** :func:`keep_run` where an execution of a run starts,
+  :meth:`RunKeeper.end` where it ends (:func:`ending` decides the status);
+  :func:`recover_runs` / :func:`arecover_runs` find abandoned runs, take each once and
+  continue it through the adapter's ``resume`` (:mod:`remit_core.recovery`).
 * The records, errors, ids and envelope types an adapter needs, re-exported below.
 """
 
@@ -63,6 +67,18 @@ from remit_core.errors import (
 from remit_core.ids import derive_id, value_digest
 from remit_core.migrate import MigrationError, MigrationReport, RecordsRefused
 from remit_core.records import Checkpoint, Claim, RunStart, RunState
+from remit_core.recovery import (
+    DEFAULT_MAX_ATTEMPTS,
+    RecoveryReport,
+    RunKeeper,
+    akeep_run,
+    arecover_runs,
+    ending,
+    error_of,
+    keep_run,
+    recover_runs,
+    recovering,
+)
 from remit_core.serde import Serde, default_serde
 from remit_core.store import Store, new_owner, open_store
 from remit_core.urls import mask_url
@@ -403,6 +419,17 @@ __all__ = [
     "borrow_store",
     "hold_store",
     "known_url",
+    # run lifecycle and recovery
+    "DEFAULT_MAX_ATTEMPTS",
+    "RecoveryReport",
+    "RunKeeper",
+    "akeep_run",
+    "arecover_runs",
+    "ending",
+    "error_of",
+    "keep_run",
+    "recover_runs",
+    "recovering",
     # the store, its records, ids and envelope
     "Checkpoint",
     "Claim",

@@ -20,6 +20,7 @@ from remit_core import (
 )
 from remit_core.adapter import MigrationError, UnregisteredType
 from remit_langgraph._seam import LangGraphSeamError
+from remit_langgraph.recovery import RecoveryReport, arecover, recover
 from remit_langgraph.saver import RemitSaver
 
 __version__ = "0.1.0"
@@ -30,11 +31,14 @@ __all__ = [
     "EffectInDoubt",
     "LangGraphSeamError",
     "MigrationError",
+    "RecoveryReport",
     "RemitError",
     "RemitSaver",
     "SerializationError",
     "StateValidationError",
     "UnregisteredType",
+    "arecover",
     "effect",
     "open_store",
+    "recover",
 ]

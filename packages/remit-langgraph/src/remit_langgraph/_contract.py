@@ -32,6 +32,12 @@ class ``RemitSaver`` derives from, so ``saver`` imports this module and not the 
 * **FI/FD (forks).** ``configurable["remit_fork"] = True`` marks a request as
   a fork: it takes no claim, and a fork-addressed resume never sees a value
   recorded by an earlier resume at that checkpoint.
+* **The run lifecycle.** A root loop that got past the gate keeps its thread's
+  lifecycle in the store for the execution (:func:`keep_lifecycle`, remit-core's
+  :func:`~remit_core.adapter.keep_run`): running with a lease renewed in the
+  background, then parked (on interrupts or a breakpoint, with what it waits for),
+  done or failed (what ended it) when the loop exits. A recovery
+  (:func:`remit_langgraph.recover`) continues threads whose executor died.
 * **RD (recovery determinism of ids).** A run that continues its thread's head
   (its first load has no checkpoint id, no ``remit_fork``) stores every
   checkpoint its loop writes after a superstep (``source="loop"``) under an id
@@ -63,7 +69,9 @@ from remit_core import ConsumeConflict, RemitError, SerializationError, Store
 from remit_core.adapter import (
     Claim,
     EffectScope,
+    RunKeeper,
     derive_id,
+    keep_run,
     new_owner,
     poll,
     register_scope_resolver,
@@ -94,6 +102,9 @@ FRAMEWORK = "langgraph"
 
 FORK_FLAG = "remit_fork"
 """``configurable`` key: True marks the request as a fork (FI)."""
+
+DEFAULT_NAME = "LangGraph"
+"""The lifecycle name of a run whose graph has no name of its own (LangGraph's default)."""
 
 BREAKPOINT = "~breakpoint"
 """The interrupt part of the claim key of a resume delivered at a static breakpoint."""
@@ -404,6 +415,26 @@ class ConsumeGate:
             self._finish(inv, consumed=False)
 
 
+# ====================================================================== the run lifecycle
+
+_keepers: weakref.WeakKeyDictionary[Any, RunKeeper] = weakref.WeakKeyDictionary()
+
+
+def keep_lifecycle(saver: GatedSaver, config: Mapping[str, Any], loop: Any | None) -> None:
+    """A root loop that got past the gate (its first load) executes its thread: keep the
+    thread's lifecycle from here to the loop's exit (:meth:`_Hooks.exited`), under the
+    graph's name. A loop collected without exiting stops renewing: its lease then runs
+    out and the thread reads as abandoned."""
+    if loop is None or _seam.view(loop).is_nested:
+        return
+    thread_id = str(config.get("configurable", {})["thread_id"])
+    keeper = keep_run(saver.store, thread_id, framework=FRAMEWORK,
+                      name=_seam.graph_name() or DEFAULT_NAME)
+    with _lock:
+        _keepers[loop] = keeper
+    weakref.finalize(loop, keeper.close)
+
+
 class _Hooks:
     """What the seam calls: one invocation's entry and exit, and RD's id choice."""
 
@@ -419,11 +450,20 @@ class _Hooks:
                 "entered without asking RemitSaver for its checkpoint in the entering "
                 "context, so the consume-once gate could not see the invocation")
 
-    def exited(self, loop: Any, *, ok: bool) -> None:
+    def exited(self, loop: Any, *, ok: bool, error: BaseException | None) -> None:
         with _lock:
             inv = _invocations.pop(loop, None)
-        if inv is not None:
-            inv.gate.ended(inv, ok=ok)
+            keeper = _keepers.pop(loop, None)
+        try:
+            if inv is not None:
+                inv.gate.ended(inv, ok=ok)
+        finally:
+            if keeper is not None:
+                end = _seam.loop_end(loop, ok=ok, error=error)
+                if end.drained:  # continued later: by its caller, or once its lease ends
+                    keeper.close()
+                else:
+                    keeper.end(end.error, parked=end.parked, waiting=end.waiting)
 
     def derive_id(self, loop: Any, parent: Any, channels: Any, step: int, new: Any) -> None:
         derived = derived_checkpoint_id(loop, parent, channels, step, new)

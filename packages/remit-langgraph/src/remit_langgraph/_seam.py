@@ -14,6 +14,11 @@ loop attributes ``input``, ``is_nested``,       read while the loop enters: the 
 ``checkpointer``, ``config``,                   value delivered, whether the loop is a
 ``interrupt_before``, ``interrupt_after``,      subgraph's, the static breakpoints, the
 ``checkpoint_metadata``                         metadata of the checkpoint it writes
+loop attributes ``status``, ``tasks``;         read when the root loop exits: how the
+``langgraph.errors.GraphInterrupt``             run's execution ended (parked on
+                                                interrupts, a static breakpoint, done)
+``Pregel.stream`` / ``astream``                 wrapped: the graph's ``name`` is known to
+                                                the loop it runs (the run lifecycle)
 ``PregelLoop._put_checkpoint`` and the module   wrapped: the loop mints a checkpoint's id
 global ``_loop.create_checkpoint`` it calls     there; remit derives it instead (RD)
 ``Pregel.bulk_update_state`` /                  wrapped: a ``put`` made for
@@ -49,6 +54,7 @@ cheap part of that check on every checkpoint load, so a seam undone after import
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import contextvars
 import functools
@@ -113,6 +119,8 @@ _loop_mod: Any = importlib.import_module("langgraph.pregel._loop")
 (PregelLoop, SyncPregelLoop, AsyncPregelLoop) = _require(
     "langgraph.pregel._loop", "PregelLoop", "SyncPregelLoop", "AsyncPregelLoop")
 (Pregel,) = _require("langgraph.pregel.main", "Pregel")
+(GraphInterrupt, GraphRecursionError) = _require("langgraph.errors", "GraphInterrupt",
+                                                 "GraphRecursionError")
 (is_xxh3_128_hexdigest,) = _require("langgraph.pregel._utils", "is_xxh3_128_hexdigest")
 (
     CONFIG_KEY_CHECKPOINTER, CONFIG_KEY_TASK_ID, CONFIG_KEY_RUNTIME, CONFIG_KEY_SCRATCHPAD,
@@ -143,7 +151,8 @@ for _cls, _names in ((SyncPregelLoop, ("__enter__", "__exit__")),
                      (AsyncPregelLoop, ("__aenter__", "__aexit__")),
                      (PregelLoop, ("_put_checkpoint",)),
                      (Pregel, ("bulk_update_state", "abulk_update_state", "get_state",
-                               "aget_state", "get_state_history", "aget_state_history"))):
+                               "aget_state", "get_state_history", "aget_state_history",
+                               "stream", "astream"))):
     for _name in _names:
         if _name not in vars(_cls) and not getattr(getattr(_cls, _name, None), "__remit__", False):
             raise LangGraphSeamError(f"{_cls.__module__}.{_cls.__qualname__}.{_name}",
@@ -299,14 +308,15 @@ def new_interrupt_ids(writes: Sequence[tuple[str, Any]]) -> set[str]:
 class Hooks(Protocol):
     def graph_types(self, checkpointer: Any, channels: Any) -> None: ...
     def entered(self, loop: Any) -> None: ...
-    def exited(self, loop: Any, *, ok: bool) -> None: ...
+    def exited(self, loop: Any, *, ok: bool, error: BaseException | None) -> None: ...
     def derive_id(self, loop: Any, parent: Any, channels: Any, step: int, new: Any) -> None: ...
 
 
 class _NoHooks:
     def graph_types(self, checkpointer: Any, channels: Any) -> None: return None
     def entered(self, loop: Any) -> None: return None
-    def exited(self, loop: Any, *, ok: bool) -> None: return None
+    def exited(self, loop: Any, *, ok: bool, error: BaseException | None) -> None:
+        return None
     def derive_id(self, loop: Any, parent: Any, channels: Any, step: int, new: Any) -> None:
         return None
 
@@ -346,9 +356,9 @@ def _install_loops() -> dict[str, Any]:
         token = _entering.set(self)
         try:
             result = enter(self)
-        except BaseException:
+        except BaseException as exc:
             _entering.reset(token)
-            _hooks.exited(self, ok=False)
+            _hooks.exited(self, ok=False, error=exc)
             raise
         _entering.reset(token)
         try:
@@ -357,7 +367,7 @@ def _install_loops() -> dict[str, Any]:
             try:
                 exit_(self, type(exc), exc, exc.__traceback__)
             finally:
-                _hooks.exited(self, ok=False)
+                _hooks.exited(self, ok=False, error=exc)
             raise
         return result
 
@@ -369,7 +379,7 @@ def _install_loops() -> dict[str, Any]:
             ok = et is None or bool(suppressed)
             return suppressed
         finally:
-            _hooks.exited(self, ok=ok)
+            _hooks.exited(self, ok=ok, error=ev)
 
     @functools.wraps(aenter)
     async def __aenter__(self: Any) -> Any:
@@ -377,9 +387,9 @@ def _install_loops() -> dict[str, Any]:
         token = _entering.set(self)
         try:
             result = await aenter(self)
-        except BaseException:
+        except BaseException as exc:
             _entering.reset(token)
-            _hooks.exited(self, ok=False)
+            _hooks.exited(self, ok=False, error=exc)
             raise
         _entering.reset(token)
         try:
@@ -388,7 +398,7 @@ def _install_loops() -> dict[str, Any]:
             try:
                 await aexit(self, type(exc), exc, exc.__traceback__)
             finally:
-                _hooks.exited(self, ok=False)
+                _hooks.exited(self, ok=False, error=exc)
             raise
         return result
 
@@ -400,13 +410,127 @@ def _install_loops() -> dict[str, Any]:
             ok = et is None or bool(suppressed)
             return suppressed
         finally:
-            _hooks.exited(self, ok=ok)
+            _hooks.exited(self, ok=ok, error=ev)
 
     SyncPregelLoop.__enter__ = _mark(__enter__)
     SyncPregelLoop.__exit__ = _mark(__exit__)
     AsyncPregelLoop.__aenter__ = _mark(__aenter__)
     AsyncPregelLoop.__aexit__ = _mark(__aexit__)
     return originals
+
+
+# ============================================================== the graph a loop runs, and its end
+
+_graph_name: contextvars.ContextVar[str | None] = contextvars.ContextVar("remit_lg_graph",
+                                                                       default=None)
+
+
+def graph_name() -> str | None:
+    """The ``name`` of the graph whose ``stream`` / ``astream`` runs in this context."""
+    return _graph_name.get()
+
+
+class _Named(collections.abc.Generator[Any, Any, Any]):
+    """``Pregel.stream``'s generator, run with the graph's name in the context: each
+    resumption of it (where the loop enters, runs and exits) sees :func:`graph_name`."""
+
+    __slots__ = ("_gen", "_name")
+
+    def __init__(self, gen: Any, name: str | None) -> None:
+        self._gen, self._name = gen, name
+
+    def _in(self, fn: Callable[..., Any], *args: Any) -> Any:
+        token = _graph_name.set(self._name)
+        try:
+            return fn(*args)
+        finally:
+            _graph_name.reset(token)
+
+    def send(self, value: Any) -> Any:
+        return self._in(self._gen.send, value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._in(self._gen.throw, *args)
+
+    def close(self) -> None:
+        self._in(self._gen.close)
+
+
+class _ANamed(collections.abc.AsyncGenerator[Any, Any]):
+    """``Pregel.astream``'s async generator, likewise."""
+
+    __slots__ = ("_gen", "_name")
+
+    def __init__(self, gen: Any, name: str | None) -> None:
+        self._gen, self._name = gen, name
+
+    async def _in(self, fn: Callable[..., Any], *args: Any) -> Any:
+        token = _graph_name.set(self._name)
+        try:
+            return await fn(*args)
+        finally:
+            _graph_name.reset(token)
+
+    async def asend(self, value: Any) -> Any:
+        return await self._in(self._gen.asend, value)
+
+    async def athrow(self, *args: Any) -> Any:
+        return await self._in(self._gen.athrow, *args)
+
+    async def aclose(self) -> None:
+        await self._in(self._gen.aclose)
+
+
+def _install_streams() -> None:
+    stream, astream = vars(Pregel)["stream"], vars(Pregel)["astream"]
+
+    @functools.wraps(stream)
+    def _stream(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _Named(stream(self, *args, **kwargs), getattr(self, "name", None))
+
+    @functools.wraps(astream)
+    def _astream(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _ANamed(astream(self, *args, **kwargs), getattr(self, "name", None))
+
+    Pregel.stream = _mark(_stream)
+    Pregel.astream = _mark(_astream)
+
+
+@dataclass(frozen=True)
+class LoopEnd:
+    """How a root loop's execution ended, as the run lifecycle records it."""
+
+    error: BaseException | None  # what ended it; None: it ended normally
+    parked: bool = False  # on interrupts or a static breakpoint (``waiting``)
+    waiting: Any = None
+    drained: bool = False  # stopped on request with tasks left: it continues later
+
+
+def loop_end(loop: Any, *, ok: bool, error: BaseException | None) -> LoopEnd:
+    """Read how ``loop`` ended from what its exit saw and its ``status``."""
+    if not hasattr(loop, "status"):
+        raise LangGraphSeamError(f"{type(loop).__qualname__}", "has no status")
+    status = loop.status
+    if ok and isinstance(error, GraphInterrupt):
+        interrupts = list(error.args[0]) if error.args and error.args[0] else []
+        if interrupts:
+            return LoopEnd(None, True, {"interrupts": [
+                {"id": str(getattr(i, "id", "")), "value": getattr(i, "value", None)}
+                for i in interrupts]})
+    if ok and status in ("interrupt_before", "interrupt_after"):
+        tasks = getattr(loop, "tasks", None) or {}
+        return LoopEnd(None, True, {"breakpoint": status,
+                                    "nodes": sorted({t.name for t in tasks.values()})})
+    if ok and isinstance(error, GraphInterrupt):  # parked on interrupts of its subgraphs
+        return LoopEnd(None, True, {"interrupts": []})
+    if not ok:
+        return LoopEnd(error)
+    if status == "draining":
+        return LoopEnd(None, drained=True)
+    if status == "out_of_steps":
+        return LoopEnd(GraphRecursionError(
+            "the run reached its recursion limit before it ended (config recursion_limit)"))
+    return LoopEnd(None)
 
 
 def _install_ids() -> None:
@@ -511,9 +635,11 @@ def install(hooks: Hooks) -> None:
     _install_ids()
     _install_updates()
     _install_reads()
+    _install_streams()
 
 
-_WRAPPED = ((SyncPregelLoop, "__enter__"), (SyncPregelLoop, "__exit__"),
+_WRAPPED = ((Pregel, "stream"), (Pregel, "astream"),
+            (SyncPregelLoop, "__enter__"), (SyncPregelLoop, "__exit__"),
             (AsyncPregelLoop, "__aenter__"), (AsyncPregelLoop, "__aexit__"),
             (PregelLoop, "_put_checkpoint"), (Pregel, "bulk_update_state"),
             (Pregel, "abulk_update_state"), (Pregel, "get_state"), (Pregel, "aget_state"),

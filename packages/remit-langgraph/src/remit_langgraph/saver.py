@@ -55,7 +55,14 @@ from remit_core import StateValidationError, Store, open_store
 from remit_core.adapter import Checkpoint as StoredCheckpoint
 from remit_core.adapter import default_serde, derive_id, poll
 from remit_langgraph import _seam, _serde
-from remit_langgraph._contract import FORK_FLAG, ConsumeGate, GatedSaver, note_load, note_loaded
+from remit_langgraph._contract import (
+    FORK_FLAG,
+    ConsumeGate,
+    GatedSaver,
+    keep_lifecycle,
+    note_load,
+    note_loaded,
+)
 from remit_langgraph._schema import GraphSchema
 from remit_langgraph._serde import EMPTY, storable
 from remit_langgraph._stock import StockSource, import_thread, open_source
@@ -265,7 +272,9 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         if loop is None or not note_loaded(loop):
             return loaded  # a read, or a later load of an invocation that loaded already
         note_load(self, config, loop, addressed=checkpoint_id is not None)
-        return self._gate.on_load(dict(config), loaded, loop)
+        gated = self._gate.on_load(dict(config), loaded, loop)
+        keep_lifecycle(self, config, loop)
+        return gated
 
     def list(
         self,

@@ -1,0 +1,489 @@
+"""Runs kept in the store's lifecycle by the adapters, and recovered without a person.
+
+Two halves, written once here for every adapter:
+
+* **Keeping** (:func:`keep_run`): an adapter calls it where one execution of a run
+  starts (a LangGraph invocation entering, a CrewAI kickoff, a pydantic-graph run) and
+  ends it with :meth:`RunKeeper.end`. The run is ``running`` with a lease renewed in the
+  background, one round trip per third of the lease, never one per step; at the end it
+  is ``parked`` (what it waits for), ``done``, ``failed`` (the error's type and
+  message) or ``needs-attention`` (an effect in doubt: its receipt key). How an
+  exception maps to an end is decided once, in :func:`ending`.
+* **Recovering** (:func:`recover_runs`, :func:`arecover_runs`): find the abandoned runs
+  of one framework (and one graph or flow name), take each with
+  :meth:`Store.recover_run <remit_core.store.Store.recover_run>` (of k recoverers racing,
+  across processes and hosts, exactly one takes a run) and continue it the framework's
+  own way through the ``resume`` the adapter gives. The execution it starts is the
+  recoverer's own: :func:`keep_run` inside ``resume`` finds the run taken in this
+  context and continues under the recoverer's owner and fence instead of starting over.
+  A :class:`RecoveryReport` says what happened to each run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from remit_core.errors import EffectInDoubt, RemitError
+from remit_core.records import RunEnd, RunStart, RunState
+from remit_core.store import Store, new_owner
+
+log = logging.getLogger("remit.recovery")
+
+#: executions a recovery gives a run, its first included, before it stops recovering it
+DEFAULT_MAX_ATTEMPTS = 10
+#: the most characters of an exception's message kept as a failed run's error
+MESSAGE_LIMIT = 2000
+
+
+# ============================================================================ how a run ends
+
+
+def error_of(exc: BaseException) -> dict[str, str]:
+    """What a failed run keeps of the exception that ended it: its type (qualified) and
+    message (at most :data:`MESSAGE_LIMIT` characters)."""
+    cls = type(exc)
+    kind = cls.__qualname__ if cls.__module__ == "builtins" else \
+        f"{cls.__module__}.{cls.__qualname__}"
+    message = str(exc)
+    if len(message) > MESSAGE_LIMIT:
+        message = message[:MESSAGE_LIMIT] + "..."
+    return {"type": kind, "message": message}
+
+
+def in_doubt(exc: BaseException) -> EffectInDoubt | None:
+    """The :class:`EffectInDoubt` that ended an execution, looked for through the
+    exception's causes and contexts (frameworks wrap a node's exception in their own)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, EffectInDoubt):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def ending(exc: BaseException | None, waiting: Any = None, *, parked: bool = False
+           ) -> tuple[RunEnd, Any]:
+    """How one execution of a run ends, and the detail kept with it (the one rule).
+
+    * no exception, ``parked``: ``parked``, with ``waiting`` (what it waits for);
+    * no exception: ``done``;
+    * an :class:`EffectInDoubt` (or one wrapping it): ``needs-attention``, with the
+      receipt key, the effect, its step and the message: a person settles it with
+      ``remit effects resolve``, then a recovery continues the run;
+    * any other exception (a cancel and a closed generator included: the run did not
+      finish): ``failed``, with :func:`error_of` it. A failed run is recovered only when
+      asked (``retry_failed``).
+    """
+    if exc is None:
+        return ("parked", waiting) if parked else ("done", None)
+    doubt = in_doubt(exc)
+    if doubt is not None:
+        return "needs-attention", {"receipt": doubt.key, "effect": doubt.name,
+                                   "step": doubt.step, "message": str(doubt)}
+    return "failed", error_of(exc)
+
+
+# ================================================================================= keeping
+
+# the runs this context recovers: run id -> the start that took it (its owner and fence)
+_taken: contextvars.ContextVar[dict[str, RunStart] | None] = contextvars.ContextVar(
+    "remit_recovering", default=None)
+
+
+@contextlib.contextmanager
+def recovering(start: RunStart) -> Iterator[None]:
+    """The block continues the run ``start`` took: :func:`keep_run` of that run inside it
+    is the recoverer's execution (its owner and fence), not a new start."""
+    assert start.run is not None
+    token = _taken.set({**(_taken.get() or {}), start.run.run_id: start})
+    try:
+        yield
+    finally:
+        _taken.reset(token)
+
+
+def taken(run_id: str) -> RunStart | None:
+    """The recovery of ``run_id`` this context runs, if any."""
+    held = _taken.get()
+    return None if held is None else held.get(run_id)
+
+
+@dataclass
+class RunKeeper:
+    """One execution of one run in the lifecycle: started by :func:`keep_run`, renewed in
+    the background while it works, ended once by :meth:`end`.
+
+    ``owns`` is False when another executor's lease on the run is live (the run is being
+    executed elsewhere right now): this execution then records nothing, and its end is a
+    no-op; the contract's own gates (claims, receipts) still decide what it may do."""
+
+    store: Store
+    run_id: str
+    start: RunStart
+    owner: str
+    recovered: bool = False
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    _ended: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def owns(self) -> bool:
+        return self.start.owns
+
+    @property
+    def fence(self) -> int:
+        return 0 if self.start.run is None else self.start.run.fence
+
+    def end(self, exc: BaseException | None = None, *, parked: bool = False,
+            waiting: Any = None) -> RunEnd | None:
+        """Record how the execution ended (see :func:`ending`); stop renewing. Once: a
+        second call does nothing. Returns the status recorded, None when nothing was
+        (the keeper does not own the run, it ended already, or a later executor took the
+        run over). A store that cannot be reached is logged, not raised: the app's own
+        result or exception goes on, and the run, left running, becomes abandoned when
+        its lease runs out, so that a recovery continues it."""
+        with self._lock:
+            if self._ended:
+                return None
+            self._ended = True
+        self._stack.close()
+        if not self.owns:
+            return None
+        status, detail = ending(exc, waiting, parked=parked)
+        try:
+            recorded = self._record(status, detail)
+        except RemitError:
+            log.warning("remit: run %s: could not record its end (%s); it reads as "
+                        "abandoned once its lease runs out", self.run_id, status,
+                        exc_info=True)
+            return None
+        if not recorded:
+            log.warning("remit: run %s was taken over by another executor before this "
+                        "one (%s) recorded its end (%s); that one's record stands",
+                        self.run_id, self.owner, status)
+            return None
+        return status
+
+    def _record(self, status: RunEnd, detail: Any) -> bool:
+        try:
+            return self.store.end_run(self.run_id, owner=self.owner, fence=self.fence,
+                                      status=status, waiting=detail, error=detail)
+        except RemitError as exc:
+            if status not in ("parked", "failed", "needs-attention") or detail is None:
+                raise
+            # what it waits for or failed with could not be encoded: the end still counts
+            log.warning("remit: run %s: its %s detail could not be stored (%s)", self.run_id,
+                        status, exc)
+            return self.store.end_run(self.run_id, owner=self.owner, fence=self.fence,
+                                      status=status,
+                                      waiting={"unreadable": repr(detail)[:MESSAGE_LIMIT]},
+                                      error={"type": "unreadable",
+                                             "message": repr(detail)[:MESSAGE_LIMIT]})
+
+    def close(self) -> None:
+        """Stop renewing without recording an end (the run reads as abandoned once its
+        lease runs out)."""
+        with self._lock:
+            self._ended = True
+        self._stack.close()
+
+
+def keep_run(store: Store, run_id: str, *, framework: str, name: str) -> RunKeeper:
+    """Start keeping one execution of run ``run_id`` (see the module's docstring).
+
+    Inside :func:`recovering` of the same run this is the recoverer's execution: it
+    re-enters under the recoverer's owner (the recoverer renews the lease). Otherwise it
+    starts the run (a new one, or one parked, done or failed before) with a new owner
+    and renews its lease every third of it, or takes over a run whose executor's lease
+    expired (logged with both owners)."""
+    recovery = taken(run_id)
+    owner = recovery.run.owner if recovery is not None and recovery.run is not None \
+        else new_owner()
+    assert owner is not None
+    start = store.start_run(run_id, framework=framework, name=name, owner=owner)
+    keeper = RunKeeper(store, run_id, start, owner, recovered=recovery is not None)
+    if start.outcome == "taken_over":
+        log.warning("remit: run %s: %s takes over from %s, whose lease expired", run_id,
+                    owner, start.previous_owner)
+    elif start.outcome == "busy":
+        log.info("remit: run %s is being executed by %s (lease live); this execution is "
+                 "not recorded in its lifecycle", run_id,
+                 start.run.owner if start.run else "?")
+    if start.owns and not (recovery is not None and start.outcome == "reentered"):
+        keeper._stack.enter_context(store.keep_alive(functools.partial(
+            store.renew_run, run_id, owner=owner, fence=keeper.fence)))
+    return keeper
+
+
+async def akeep_run(store: Store, run_id: str, *, framework: str, name: str) -> RunKeeper:
+    """:func:`keep_run` off the event loop."""
+    return await asyncio.to_thread(keep_run, store, run_id, framework=framework, name=name)
+
+
+# ============================================================================== recovering
+
+
+@dataclass
+class RecoveryReport:
+    """What one recovery pass did, run by run."""
+
+    #: continued to an end: done, or parked again (waiting for a person)
+    recovered: list[str] = field(default_factory=list)
+    #: the continuation raised: run id -> the error (type: message)
+    failed: dict[str, str] = field(default_factory=dict)
+    #: found, but another recoverer took it first, or it was no longer abandoned
+    skipped: list[str] = field(default_factory=list)
+    #: stopped on an effect in doubt: run id -> the receipt key to settle
+    attention: dict[str, str] = field(default_factory=dict)
+    #: not taken: it had max_attempts executions (an abandoned one is recorded failed)
+    exhausted: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return (len(self.recovered) + len(self.failed) + len(self.skipped)
+                + len(self.attention) + len(self.exhausted))
+
+    def merge(self, other: RecoveryReport) -> None:
+        self.recovered += other.recovered
+        self.failed.update(other.failed)
+        self.skipped += other.skipped
+        self.attention.update(other.attention)
+        self.exhausted += other.exhausted
+
+    def __str__(self) -> str:
+        return (f"{len(self.recovered)} recovered, {len(self.failed)} failed, "
+                f"{len(self.attention)} need attention, {len(self.skipped)} skipped, "
+                f"{len(self.exhausted)} exhausted")
+
+
+@dataclass(frozen=True)
+class _Pass:
+    store: Store
+    framework: str
+    name: str | None
+    owner: str
+    lease: float | None
+    retry_failed: bool
+    max_attempts: int
+    page: int
+
+
+def _settled(store: Store, run: RunState) -> bool:
+    """A run needing attention may go on: the receipt it waited for was resolved (it has
+    a result) or reset (the effect runs again)."""
+    key = run.waiting.get("receipt") if isinstance(run.waiting, dict) else None
+    if not isinstance(key, str):
+        return False
+    receipt = store.get_receipt(key)
+    return receipt is None or receipt.status == "completed"
+
+
+def _candidates(p: _Pass, seen: set[str]) -> list[tuple[RunState, bool]]:
+    """The next runs to try: abandoned ones (and failed ones when retrying), then those
+    needing attention whose receipt was settled; none already tried in this pass."""
+    found: list[tuple[RunState, bool]] = []
+    statuses = ["abandoned", "failed", "needs-attention"] if p.retry_failed else \
+        ["abandoned", "needs-attention"]
+    for status in statuses:
+        for info in p.store.list_runs(status=status,  # type: ignore[arg-type]
+                                      framework=p.framework, name=p.name, limit=p.page):
+            run = info.lifecycle
+            if run is None or run.run_id in seen:
+                continue
+            if status == "needs-attention" and not _settled(p.store, run):
+                continue
+            found.append((run, status == "needs-attention"))
+    return found
+
+
+def _take(p: _Pass, run: RunState, attention: bool, report: RecoveryReport) -> RunStart | None:
+    start = p.store.recover_run(run.run_id, owner=p.owner, lease=p.lease,
+                                retry_failed=p.retry_failed, attention=attention,
+                                max_attempts=p.max_attempts)
+    if start.outcome == "exhausted":
+        report.exhausted.append(run.run_id)
+        log.warning("remit: run %s (%s %s) is not recovered again: it had %d executions "
+                    "(max_attempts)", run.run_id, run.framework, run.name, run.attempts)
+        return None
+    if not start.owns or start.run is None:
+        report.skipped.append(run.run_id)
+        return None
+    return start
+
+
+def _settle(p: _Pass, start: RunStart, exc: BaseException | None,
+            report: RecoveryReport) -> None:
+    """Record the outcome of one continued run (the adapter's keeper recorded the run's
+    end already when the execution got that far: then this one is refused, harmlessly)."""
+    assert start.run is not None
+    run_id = start.run.run_id
+    status, detail = ending(exc)
+    with contextlib.suppress(RemitError):
+        p.store.end_run(run_id, owner=p.owner, fence=start.run.fence, status=status,
+                        waiting=detail, error=detail)
+    if exc is None:
+        report.recovered.append(run_id)
+        log.info("remit: recovered run %s (%s %s)", run_id, start.run.framework, start.run.name)
+    elif status == "needs-attention":
+        report.attention[run_id] = detail["receipt"]
+        log.warning("remit: run %s needs attention: effect receipt %s is in doubt; settle it "
+                    "with `remit effects resolve`", run_id, detail["receipt"])
+    else:
+        report.failed[run_id] = f"{detail['type']}: {detail['message']}"
+        log.warning("remit: run %s failed in recovery: %s", run_id, report.failed[run_id])
+
+
+def _renewing(p: _Pass, start: RunStart) -> contextlib.AbstractContextManager[None]:
+    assert start.run is not None
+    return p.store.keep_alive(functools.partial(
+        p.store.renew_run, start.run.run_id, owner=p.owner, fence=start.run.fence),
+        lease=p.lease)
+
+
+def _one(p: _Pass, run: RunState, attention: bool, resume: Callable[[RunState], Any]
+         ) -> RecoveryReport:
+    report = RecoveryReport()
+    start = _take(p, run, attention, report)
+    if start is None:
+        return report
+    assert start.run is not None
+    exc: BaseException | None = None
+    with _renewing(p, start), recovering(start):
+        try:
+            resume(start.run)
+        except Exception as e:  # the run's failure is reported, not the pass's
+            exc = e
+    _settle(p, start, exc, report)
+    return report
+
+
+async def _aone(p: _Pass, run: RunState, attention: bool,
+                resume: Callable[[RunState], Awaitable[Any]]) -> RecoveryReport:
+    report = RecoveryReport()
+    start = await asyncio.to_thread(_take, p, run, attention, report)
+    if start is None:
+        return report
+    assert start.run is not None
+    exc: BaseException | None = None
+    with _renewing(p, start), recovering(start):
+        try:
+            await resume(start.run)
+        except Exception as e:
+            exc = e
+    await asyncio.to_thread(_settle, p, start, exc, report)
+    return report
+
+
+def _pass(store: Store, framework: str, name: str | None, owner: str | None,
+          lease: float | None, retry_failed: bool, max_attempts: int, page: int) -> _Pass:
+    if not framework:
+        raise ValueError("recover_runs needs the adapter's framework name")
+    if page < 1:
+        raise ValueError(f"page must be 1 or more, not {page}")
+    return _Pass(store, framework, name, owner or new_owner(), lease, retry_failed,
+                 max_attempts, page)
+
+
+def recover_runs(store: Store, resume: Callable[[RunState], Any], *, framework: str,
+                 name: str | None = None, limit: int | None = None, concurrency: int = 1,
+                 owner: str | None = None, lease: float | None = None,
+                 retry_failed: bool = False, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 page: int = 100) -> RecoveryReport:
+    """Recover the abandoned runs of ``framework`` (and graph or flow ``name``): take each
+    (exactly one recoverer wins a run) and call ``resume(run)``, which continues it the
+    framework's way; at most ``limit`` runs (None: until none is left), ``concurrency``
+    at a time (threads).
+
+    ``retry_failed`` also retries failed runs; runs needing attention are continued once
+    their receipt is settled. A run is given at most ``max_attempts`` executions (0: no
+    bound). ``owner`` names this recoverer in the store (default: a new owner token).
+    An exception from ``resume`` is the run's (reported, and recorded as its end); an
+    error of the store itself propagates."""
+    p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page)
+    report = RecoveryReport()
+    seen: set[str] = set()
+    pool = ThreadPoolExecutor(concurrency, thread_name_prefix="remit-recover") \
+        if concurrency > 1 else None
+    try:
+        while limit is None or len(seen) < limit:
+            batch = _trim(_candidates(p, seen), seen, limit)
+            if not batch:
+                break
+            if pool is None:
+                results: Iterable[RecoveryReport] = [
+                    _one(p, run, attention, resume) for run, attention in batch]
+            else:
+                futures = [pool.submit(contextvars.copy_context().run, _one, p, run,
+                                       attention, resume) for run, attention in batch]
+                results = [f.result() for f in futures]
+            for r in results:
+                report.merge(r)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+    return report
+
+
+async def arecover_runs(store: Store, resume: Callable[[RunState], Awaitable[Any]], *,
+                        framework: str, name: str | None = None, limit: int | None = None,
+                        concurrency: int = 1, owner: str | None = None,
+                        lease: float | None = None, retry_failed: bool = False,
+                        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                        page: int = 100) -> RecoveryReport:
+    """:func:`recover_runs` for a coroutine ``resume``; ``concurrency`` runs at a time as
+    tasks of the running event loop."""
+    p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page)
+    report = RecoveryReport()
+    seen: set[str] = set()
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def bounded(run: RunState, attention: bool) -> RecoveryReport:
+        async with gate:
+            return await _aone(p, run, attention, resume)
+
+    while limit is None or len(seen) < limit:
+        found = await asyncio.to_thread(_candidates, p, seen)
+        batch = _trim(found, seen, limit)
+        if not batch:
+            break
+        for r in await asyncio.gather(*(bounded(run, a) for run, a in batch)):
+            report.merge(r)
+    return report
+
+
+def _trim(found: list[tuple[RunState, bool]], seen: set[str], limit: int | None
+          ) -> list[tuple[RunState, bool]]:
+    batch: list[tuple[RunState, bool]] = []
+    for run, attention in found:
+        if run.run_id in seen or (limit is not None and len(seen) >= limit):
+            continue
+        seen.add(run.run_id)
+        batch.append((run, attention))
+    return batch
+
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "RecoveryReport",
+    "RunKeeper",
+    "akeep_run",
+    "arecover_runs",
+    "ending",
+    "error_of",
+    "in_doubt",
+    "keep_run",
+    "recover_runs",
+    "recovering",
+    "taken",
+]

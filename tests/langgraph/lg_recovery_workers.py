@@ -1,0 +1,152 @@
+"""Child-process bodies for the recovery tests: threads killed mid-step, and recoverers.
+
+The graph is ``a -> b (effect "charge") -> c``. A child runs threads until each is in
+``c`` (a kill point: the child reports and blocks there until the parent SIGKILLs it).
+The oracle is a ledger file (O_APPEND + fsync): every node entry and every real effect
+call appends one line, so counts survive SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from remit_core.adapter import RunStart
+from remit_langgraph import RemitSaver, arecover, effect, recover
+from tests.workers import note
+
+NAME = "recovery-graph"
+#: the lease of the executors that die: their threads read as abandoned a second later
+LEASE = 1.0
+
+#: set in a child that must stop in node c: called with the thread id
+_stop_in_c: Any = None
+
+
+def _merge(a: list[str], b: list[str]) -> list[str]:
+    return a + b
+
+
+class State(TypedDict, total=False):
+    thread: str
+    log: Annotated[list[str], _merge]
+    answer: Any
+
+
+def build(ledger: str, *, park_in_b: bool = False) -> StateGraph:
+    @effect(name="charge")
+    def charge(thread: str, *, idempotency_key: str) -> dict[str, Any]:
+        note(ledger, f"effect charge {thread} {os.getpid()}")
+        return {"txn": f"txn-{thread}", "key": idempotency_key}
+
+    def a(s: State) -> dict[str, Any]:
+        note(ledger, f"enter a {s['thread']}")
+        return {"log": ["a"]}
+
+    def b(s: State) -> dict[str, Any]:
+        note(ledger, f"enter b {s['thread']}")
+        receipt = charge(s["thread"])
+        answer = interrupt({"approve": s["thread"]}) if park_in_b else None
+        return {"log": [f"b:{receipt['txn']}"], "answer": answer}
+
+    def c(s: State) -> dict[str, Any]:
+        note(ledger, f"enter c {s['thread']} {os.getpid()}")
+        if _stop_in_c is not None:
+            _stop_in_c(s["thread"])
+        return {"log": ["c"]}
+
+    g = StateGraph(State)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_node("c", c)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", "c")
+    g.add_edge("c", END)
+    return g
+
+
+def app(saver: RemitSaver, ledger: str, **kwargs: Any) -> Any:
+    return build(ledger, **kwargs).compile(checkpointer=saver, name=NAME)
+
+
+def cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def die_in_c(url: str, ledger: str, threads: list[str], conn: Connection,
+             api: str = "invoke") -> None:
+    """Run every thread (each on its own Python thread, at once) to node c; report once
+    all are there, then block until SIGKILLed. (``durability="sync"``: a step's checkpoint
+    is durable before the next step starts, so a and b are behind every thread in c; under
+    LangGraph's default, "async", a recovery may run b again, its effect still once.) ``done:<id>`` threads run to the end
+    first, ``park:<id>`` ones park on an interrupt in b, before the others start."""
+    global _stop_in_c
+    arrived: list[str] = []
+    lock = threading.Lock()
+    all_there = threading.Event()
+    killable = [t for t in threads if not t.startswith(("done:", "park:"))]
+
+    def stop(thread: str) -> None:
+        with lock:
+            arrived.append(thread)
+            if len(arrived) == len(killable):
+                all_there.set()
+        threading.Event().wait()  # until the process is killed
+
+    with RemitSaver.from_conn_string(url, lease=LEASE) as saver:
+        for t in threads:
+            if t.startswith("done:"):
+                app(saver, ledger).invoke({"thread": t}, cfg(t))
+            elif t.startswith("park:"):
+                app(saver, ledger, park_in_b=True).invoke({"thread": t}, cfg(t))
+        _stop_in_c = stop
+        graph = app(saver, ledger)
+        if api == "ainvoke":
+            loop = asyncio.new_event_loop()
+            # (sync nodes run on the loop's default executor: one thread per blocked c)
+            loop.set_default_executor(ThreadPoolExecutor(len(killable) + 4))
+            threading.Thread(target=loop.run_forever, daemon=True).start()
+            for t in killable:
+                asyncio.run_coroutine_threadsafe(
+                    graph.ainvoke({"thread": t}, cfg(t), durability="sync"), loop)
+        else:
+            for t in killable:
+                threading.Thread(target=graph.invoke, args=({"thread": t}, cfg(t)),
+                                 kwargs={"durability": "sync"}, daemon=True).start()
+        all_there.wait()
+        conn.send(("in c", sorted(arrived)))
+        conn.recv()  # blocks until the parent kills this process
+
+
+def recoverer(url: str, ledger: str, barrier: Any, results: Any, api: str,
+              broken: bool) -> None:
+    """Call recover (or arecover) at the same moment as the other recoverers and report
+    what it recovered. ``broken``: the protection off -- each recoverer decides by a read
+    whether a run is abandoned and takes it without the atomic recovery."""
+    with RemitSaver.from_conn_string(url) as saver:
+        if broken:
+            store = saver.store
+
+            def by_a_read(run_id: str, *, owner: str, **kwargs: Any) -> RunStart:
+                # check-then-act: it looked abandoned, so this recoverer goes on with it
+                seen = store.get_run(run_id)
+                if seen is None or seen.status != "abandoned":
+                    return RunStart("not_abandoned", seen)
+                return RunStart("taken_over", dataclasses.replace(
+                    seen, owner=owner, status="running"))
+
+            store.recover_run = by_a_read  # type: ignore[method-assign]
+        graph = app(saver, ledger)
+        barrier.wait()
+        report = asyncio.run(arecover(graph)) if api == "ainvoke" else recover(graph)
+        results.put((os.getpid(), sorted(report.recovered), sorted(report.failed),
+                     sorted(report.skipped)))
