@@ -42,6 +42,14 @@ class State(TypedDict, total=False):
 
 
 def build(ledger: str, *, park_in_b: bool = False) -> StateGraph:
+    @effect(name="ship")
+    def ship(thread: str) -> dict[str, Any]:
+        # no idempotency key: a call cut short by a crash is in doubt, not re-run
+        note(ledger, f"effect ship {thread} {os.getpid()}")
+        if _stop_in_c is not None:
+            _stop_in_c(thread)
+        return {"shipped": thread}
+
     @effect(name="charge")
     def charge(thread: str, *, idempotency_key: str) -> dict[str, Any]:
         note(ledger, f"effect charge {thread} {os.getpid()}")
@@ -59,6 +67,8 @@ def build(ledger: str, *, park_in_b: bool = False) -> StateGraph:
 
     def c(s: State) -> dict[str, Any]:
         note(ledger, f"enter c {s['thread']} {os.getpid()}")
+        if s["thread"].startswith("ship"):
+            return {"log": [f"c:{ship(s['thread'])['shipped']}"]}
         if _stop_in_c is not None:
             _stop_in_c(s["thread"])
         return {"log": ["c"]}
@@ -76,6 +86,12 @@ def build(ledger: str, *, park_in_b: bool = False) -> StateGraph:
 
 def app(saver: RemitSaver, ledger: str, **kwargs: Any) -> Any:
     return build(ledger, **kwargs).compile(checkpointer=saver, name=NAME)
+
+
+def worker_app() -> Any:
+    """``remit worker --app``'s target: the graph, compiled without a checkpointer (the
+    worker gives it the store of its ``--store``); the ledger is $REMIT_TEST_LEDGER."""
+    return build(os.environ["REMIT_TEST_LEDGER"]).compile(name=NAME)
 
 
 def cfg(thread: str) -> dict[str, Any]:

@@ -13,12 +13,14 @@ each exactly once.
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -125,3 +127,109 @@ def test_eight_recoverers_race_and_each_thread_finishes_once(store_url: str, tmp
     assert all(not failed for _, _, failed, _ in reports), reports
     assert recovered == Counter({t: 1 for t in threads}), recovered
     check_once(ledger, threads)
+
+
+def remit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "remit_core.cli", *args], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_an_effect_in_doubt_stops_the_run_for_a_person_then_it_continues(
+        store_url: str, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    kill_in_c(store_url, ledger, ["ship-1", "ship-2"])  # killed inside the effect "ship"
+    with RemitSaver.from_conn_string(store_url) as saver:
+        graph = w.app(saver, str(ledger))
+        report = recover(graph)
+        assert sorted(report.attention) == ["ship-1", "ship-2"] and not report.recovered
+        keys = {t: report.attention[t] for t in report.attention}
+        for t, key in keys.items():
+            run = saver.store.get_run(t)
+            assert run is not None and run.status == "needs-attention"
+            assert run.waiting["receipt"] == key and run.waiting["effect"] == "ship"
+        assert recover(graph).total == 0  # nothing settled yet: the runs wait
+        listed = remit("effects", "list", store_url, "--json")
+        assert listed.returncode == 0, listed.stderr
+        shown = {r["key"]: r for r in json.loads(listed.stdout)}
+        assert set(shown) == set(keys.values())
+        assert all(r["status"] == "in doubt" and r["run_waits"] == "yes"
+                   for r in shown.values())
+        # a person checked the outside system: ship-1 happened, ship-2 did not
+        done = remit("effects", "resolve", store_url, keys["ship-1"],
+                     "--result", '{"shipped": "ship-1"}')
+        assert done.returncode == 0 and "continues run ship-1" in done.stdout, done
+        bad = remit("effects", "resolve", store_url, keys["ship-2"], "--result", "{nope")
+        assert bad.returncode == 2 and "not JSON" in bad.stderr
+        rerun = remit("effects", "resolve", store_url, keys["ship-2"], "--rerun")
+        assert rerun.returncode == 0, rerun
+        again = recover(graph)
+        assert sorted(again.recovered) == ["ship-1", "ship-2"], again
+        calls = Counter(" ".join(line.split()[:3]) for line in ledger_lines(ledger))
+        assert calls["effect ship ship-1"] == 1  # resolved: not called again
+        assert calls["effect ship ship-2"] == 2  # rerun: called again
+        for t in keys:
+            assert graph.get_state(w.cfg(t)).values["log"][-1] == f"c:{t}"
+            assert saver.store.get_run(t).status == "done"  # type: ignore[union-attr]
+        settled = remit("effects", "resolve", store_url, keys["ship-1"], "--rerun")
+        assert settled.returncode == 1 and "has a result already" in settled.stderr
+
+
+def test_an_effect_resolved_as_failed_fails_its_run_and_a_retry_calls_it_again(
+        store_url: str, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    kill_in_c(store_url, ledger, ["ship-f"])
+    with RemitSaver.from_conn_string(store_url) as saver:
+        graph = w.app(saver, str(ledger))
+        key = recover(graph).attention["ship-f"]
+        failed = remit("effects", "resolve", store_url, key, "--failed", "carrier refused")
+        assert failed.returncode == 0 and "ship-f is failed" in failed.stdout, failed
+        run = saver.store.get_run("ship-f")
+        assert run is not None and run.status == "failed"
+        assert run.error == {"type": "EffectFailed", "message": "carrier refused",
+                             "receipt": key}
+        assert recover(graph).total == 0  # a failed run is not retried unless asked
+        retried = recover(graph, retry_failed=True)
+        assert retried.recovered == ["ship-f"], retried
+        calls = Counter(" ".join(line.split()[:3]) for line in ledger_lines(ledger))
+        assert calls["effect ship ship-f"] == 2
+
+
+def test_the_worker_recovers_until_sigterm_and_prints_its_counts(store_url: str,
+                                                                 tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    threads = ["w1", "w2", "w3"]
+    kill_in_c(store_url, ledger, threads)
+    once = remit("worker", "--app", "tests.langgraph.lg_recovery_workers:worker_app",
+                 "--store", store_url, "--once", "--concurrency", "2",
+                 env={"REMIT_TEST_LEDGER": str(ledger)})
+    assert once.returncode == 0, once.stderr
+    assert "3 recovered, 0 failed" in once.stdout, once.stdout
+    assert sum("recovered run" in line for line in once.stderr.splitlines()) == 3
+    check_once(ledger, threads)
+    # a long-running worker: more threads die while it runs; SIGTERM stops it cleanly
+    kill_in_c(store_url, ledger, ["w4"])
+    proc = subprocess.Popen([sys.executable, "-m", "remit_core.cli", "worker", "--app",
+                             "tests.langgraph.lg_recovery_workers:worker_app", "--store",
+                             store_url, "--interval", "0.2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "REMIT_TEST_LEDGER": str(ledger)})
+    try:
+        with RemitSaver.from_conn_string(store_url) as saver:
+            assert poll(lambda: True if (r := saver.store.get_run("w4")) is not None
+                        and r.status == "done" else None, within=120, pause=0.05,
+                        most=0.5), "the worker never recovered w4"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "SIGTERM" in err and "1 recovered" in out, (out, err)
+    check_once(ledger, [*threads, "w4"])
+
+
+def test_the_worker_names_what_it_cannot_recover() -> None:
+    bad = remit("worker", "--app", "tests.langgraph.lg_recovery_workers:cfg_missing",
+                "--once")
+    assert bad.returncode == 1 and "has no attribute 'cfg_missing'" in bad.stderr
+    odd = remit("worker", "--app", "tests.langgraph.lg_recovery_workers:NAME", "--once")
+    assert odd.returncode == 1 and "no installed adapter recovers builtins.str" in odd.stderr

@@ -1,6 +1,8 @@
-"""The ``remit`` command: ``check``, ``inspect`` and ``migrate``.
+"""The ``remit`` command: ``check``, ``inspect``, ``migrate``, ``worker`` and ``effects``.
 
-``inspect`` looks inside a store. ``migrate`` imports runs that a stock
+``inspect`` looks inside a store. ``worker`` recovers abandoned runs continuously
+(:mod:`remit_core.worker`). ``effects`` lists the effects in doubt and settles them by
+hand. ``migrate`` imports runs that a stock
 persistence layer stored; each adapter registers its own part (the entry points of
 :mod:`remit_core.registry`). ``check`` runs the resume contract's fault matrix for
 every installed adapter, stock against remit; the matrix is the package remit-check
@@ -138,6 +140,134 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _in_doubt(receipt: Any, now: float) -> bool:
+    """Started by a process whose lease ran out before it recorded a result."""
+    return bool(receipt.status == "started" and receipt.lease_until <= now)
+
+
+def _effects_list(args: argparse.Namespace) -> int:
+    import time
+
+    from remit_core.serde import inspect_serde
+
+    with open_store(args.url, read_only=True, serde=inspect_serde()) as store:
+        now = time.time()
+        waiting = {}
+        for info in store.list_runs(status="needs-attention", limit=None):
+            run = info.lifecycle
+            if run is not None and isinstance(run.waiting, dict):
+                waiting[run.waiting.get("receipt")] = run.run_id
+        rows = [
+            {"key": r.key, "run_id": r.run_id, "step": r.step, "effect": r.name,
+             "status": "in doubt" if _in_doubt(r, now) else r.status,
+             "owner": r.owner or "-", "started": _ts(r.started_at),
+             "run_waits": "yes" if r.key in waiting else "-"}
+            for r in store.list_receipts(args.run)
+            if args.all or _in_doubt(r, now)
+        ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"effects {'(all)' if args.all else 'in doubt'} in {store.url}:")
+    print(_table(rows, ["key", "run_id", "step", "effect", "status", "owner", "started",
+                        "run_waits"]))
+    if rows and not args.all:
+        print("settle each with: remit effects resolve URL KEY --result JSON "
+              "| --rerun | --failed WHY")
+    return 0
+
+
+def _effects_resolve(args: argparse.Namespace) -> int:
+    import time
+
+    from remit_core.store import new_owner
+
+    with open_store(args.url) as store:
+        receipt = store.get_receipt(args.key)
+        if receipt is None:
+            print(f"remit effects: no effect receipt {args.key!r} in {store.url}",
+                  file=sys.stderr)
+            return 1
+        if receipt.status == "completed":
+            print(f"remit effects: receipt {args.key!r} has a result already "
+                  f"(completed {_ts(receipt.completed_at)}); nothing to settle",
+                  file=sys.stderr)
+            return 1
+        if not _in_doubt(receipt, time.time()):
+            print(f"remit effects: receipt {args.key!r} is being called now by "
+                  f"{receipt.owner} (lease until {_ts(receipt.lease_until)}); it is not in "
+                  "doubt", file=sys.stderr)
+            return 1
+        waiting = [info.lifecycle for info in store.list_runs(status="needs-attention")
+                   if info.lifecycle is not None and isinstance(info.lifecycle.waiting, dict)
+                   and info.lifecycle.waiting.get("receipt") == args.key]
+        if args.result is not None:
+            try:
+                result = json.loads(args.result)
+            except json.JSONDecodeError as exc:
+                print(f"remit effects: --result is not JSON ({exc}); nothing was recorded",
+                      file=sys.stderr)
+                return 2
+            store.resolve_receipt(args.key, result)
+            what = "recorded its result; the effect returns it and is not called again"
+        elif args.rerun:
+            store.reset_receipt(args.key)
+            what = "forgot its receipt; the effect is called again"
+        else:
+            store.reset_receipt(args.key)
+            owner = new_owner()
+            for run in waiting:
+                start = store.recover_run(run.run_id, owner=owner, attention=True)
+                if start.owns and start.run is not None:
+                    store.end_run(run.run_id, owner=owner, fence=start.run.fence,
+                                  status="failed",
+                                  error={"type": "EffectFailed", "message": args.failed,
+                                         "receipt": args.key})
+            print(f"receipt {args.key!r}: recorded as failed ({args.failed}); "
+                  + (f"run {', '.join(r.run_id for r in waiting)} is failed (a recovery "
+                     "with --retry-failed calls the effect again)" if waiting else
+                     "no run waits for it"))
+            return 0
+        runs = ", ".join(r.run_id for r in waiting)
+        print(f"receipt {args.key!r}: {what}"
+              + (f"; the next recovery continues run {runs}" if waiting else ""))
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from remit_core.worker import Worker, load_app, targets_for
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    targets = targets_for(load_app(args.app), args.store)
+    worker = Worker(targets, interval=args.interval, concurrency=args.concurrency,
+                    retry_failed=args.retry_failed, max_attempts=args.max_attempts)
+
+    def stop(signum: int, frame: Any) -> None:
+        logging.getLogger("remit.worker").info(
+            "remit worker %s: %s: taking nothing more, finishing what it holds",
+            worker.owner, signal.Signals(signum).name)
+        worker.stop(wait=0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        if args.once:
+            worker.run_once()
+        else:
+            worker.run()
+    finally:
+        worker.close()
+    r = worker.totals.report
+    print(f"remit worker {worker.owner}: {worker.totals.passes} passes, "
+          f"{len(r.recovered)} recovered, {len(r.failed)} failed, "
+          f"{len(r.attention)} need attention, {len(r.skipped)} skipped, "
+          f"{len(r.exhausted)} exhausted", flush=True)
+    return 0
+
+
 def _migrate(args: argparse.Namespace) -> int:
     from remit_core.migrate import migrate_command
 
@@ -194,6 +324,13 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="remit", description="Resume means resume.")
     parser.add_argument("--version", action=_Version, nargs=0,
@@ -204,11 +341,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     ins.add_argument("run", nargs="?", help="a run id: show its checkpoints")
     ins.add_argument("--json", action="store_true", help="print JSON")
     ins.add_argument("--limit", type=int, default=50)
-    ins.add_argument("--status", choices=["running", "abandoned", "parked", "done", "failed"],
+    ins.add_argument("--status", choices=["running", "abandoned", "parked", "done", "failed",
+                                          "needs-attention"],
                      help="only the runs in this lifecycle status (abandoned: running, its "
                      "executor's lease expired)")
     ins.add_argument("--name", help="only the runs of this graph or flow name")
     ins.set_defaults(func=_inspect)
+    wrk = sub.add_parser("worker", help="recover abandoned runs continuously")
+    wrk.add_argument("--app", required=True, metavar="MODULE:ATTR",
+                     help="the graph(s) or flow(s) to recover: a compiled LangGraph graph, a "
+                     "CrewAI flow class, ..., a list of them, or a function returning them")
+    wrk.add_argument("--store", help="the store URL (default: the store each graph's or "
+                     "flow's own remit persistence uses)")
+    wrk.add_argument("--concurrency", type=_positive, default=1,
+                     help="runs continued at a time (default 1)")
+    wrk.add_argument("--interval", type=float, default=5.0,
+                     help="seconds between passes that find nothing (default 5)")
+    wrk.add_argument("--retry-failed", action="store_true",
+                     help="also retry runs whose last execution raised")
+    wrk.add_argument("--max-attempts", type=int, default=10,
+                     help="executions a run gets before recovery gives it up (default 10; "
+                     "0: no bound)")
+    wrk.add_argument("--once", action="store_true", help="one pass, then exit")
+    wrk.set_defaults(func=_worker)
+    eff = sub.add_parser("effects", help="list effects in doubt and settle them")
+    efs = eff.add_subparsers(dest="action", required=True)
+    el = efs.add_parser("list", help="the effects whose process died mid-call")
+    el.add_argument("url", help="store URL")
+    el.add_argument("--run", help="only this run's")
+    el.add_argument("--all", action="store_true", help="every receipt, not only in doubt")
+    el.add_argument("--json", action="store_true", help="print JSON")
+    el.set_defaults(func=_effects_list)
+    er = efs.add_parser("resolve", help="settle an effect in doubt after checking the "
+                        "outside system")
+    er.add_argument("url", help="store URL")
+    er.add_argument("key", help="the receipt key (remit effects list)")
+    how = er.add_mutually_exclusive_group(required=True)
+    how.add_argument("--result", metavar="JSON",
+                     help="the call happened: its result, which the effect returns")
+    how.add_argument("--rerun", action="store_true",
+                     help="the call did not happen: call the effect again")
+    how.add_argument("--failed", metavar="WHY",
+                     help="the call failed: the run waiting for it fails with WHY")
+    er.set_defaults(func=_effects_resolve)
     faults = _check_faults()
     chk = sub.add_parser("check", help="run the resume-contract fault matrix, stock vs remit"
                          + ("" if faults is not None else f" (needs {CHECK_DIST})"))

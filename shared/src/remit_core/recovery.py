@@ -277,6 +277,7 @@ class _Pass:
     retry_failed: bool
     max_attempts: int
     page: int
+    stop: threading.Event | None
 
 
 def _settled(store: Store, run: RunState) -> bool:
@@ -354,6 +355,8 @@ def _renewing(p: _Pass, start: RunStart) -> contextlib.AbstractContextManager[No
 def _one(p: _Pass, run: RunState, attention: bool, resume: Callable[[RunState], Any]
          ) -> RecoveryReport:
     report = RecoveryReport()
+    if p.stop is not None and p.stop.is_set():  # stopping: take nothing more
+        return report
     start = _take(p, run, attention, report)
     if start is None:
         return report
@@ -371,6 +374,8 @@ def _one(p: _Pass, run: RunState, attention: bool, resume: Callable[[RunState], 
 async def _aone(p: _Pass, run: RunState, attention: bool,
                 resume: Callable[[RunState], Awaitable[Any]]) -> RecoveryReport:
     report = RecoveryReport()
+    if p.stop is not None and p.stop.is_set():
+        return report
     start = await asyncio.to_thread(_take, p, run, attention, report)
     if start is None:
         return report
@@ -386,20 +391,21 @@ async def _aone(p: _Pass, run: RunState, attention: bool,
 
 
 def _pass(store: Store, framework: str, name: str | None, owner: str | None,
-          lease: float | None, retry_failed: bool, max_attempts: int, page: int) -> _Pass:
+          lease: float | None, retry_failed: bool, max_attempts: int, page: int,
+          stop: threading.Event | None) -> _Pass:
     if not framework:
         raise ValueError("recover_runs needs the adapter's framework name")
     if page < 1:
         raise ValueError(f"page must be 1 or more, not {page}")
     return _Pass(store, framework, name, owner or new_owner(), lease, retry_failed,
-                 max_attempts, page)
+                 max_attempts, page, stop)
 
 
 def recover_runs(store: Store, resume: Callable[[RunState], Any], *, framework: str,
                  name: str | None = None, limit: int | None = None, concurrency: int = 1,
                  owner: str | None = None, lease: float | None = None,
                  retry_failed: bool = False, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                 page: int = 100) -> RecoveryReport:
+                 page: int = 100, stop: threading.Event | None = None) -> RecoveryReport:
     """Recover the abandoned runs of ``framework`` (and graph or flow ``name``): take each
     (exactly one recoverer wins a run) and call ``resume(run)``, which continues it the
     framework's way; at most ``limit`` runs (None: until none is left), ``concurrency``
@@ -408,15 +414,16 @@ def recover_runs(store: Store, resume: Callable[[RunState], Any], *, framework: 
     ``retry_failed`` also retries failed runs; runs needing attention are continued once
     their receipt is settled. A run is given at most ``max_attempts`` executions (0: no
     bound). ``owner`` names this recoverer in the store (default: a new owner token).
+    Once ``stop`` is set no further run is taken; the runs being continued finish.
     An exception from ``resume`` is the run's (reported, and recorded as its end); an
     error of the store itself propagates."""
-    p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page)
+    p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page, stop)
     report = RecoveryReport()
     seen: set[str] = set()
     pool = ThreadPoolExecutor(concurrency, thread_name_prefix="remit-recover") \
         if concurrency > 1 else None
     try:
-        while limit is None or len(seen) < limit:
+        while (limit is None or len(seen) < limit) and not (stop and stop.is_set()):
             batch = _trim(_candidates(p, seen), seen, limit)
             if not batch:
                 break
@@ -440,10 +447,11 @@ async def arecover_runs(store: Store, resume: Callable[[RunState], Awaitable[Any
                         concurrency: int = 1, owner: str | None = None,
                         lease: float | None = None, retry_failed: bool = False,
                         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                        page: int = 100) -> RecoveryReport:
+                        page: int = 100, stop: threading.Event | None = None
+                        ) -> RecoveryReport:
     """:func:`recover_runs` for a coroutine ``resume``; ``concurrency`` runs at a time as
     tasks of the running event loop."""
-    p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page)
+    p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page, stop)
     report = RecoveryReport()
     seen: set[str] = set()
     gate = asyncio.Semaphore(max(1, concurrency))
@@ -452,7 +460,7 @@ async def arecover_runs(store: Store, resume: Callable[[RunState], Awaitable[Any
         async with gate:
             return await _aone(p, run, attention, resume)
 
-    while limit is None or len(seen) < limit:
+    while (limit is None or len(seen) < limit) and not (stop and stop.is_set()):
         found = await asyncio.to_thread(_candidates, p, seen)
         batch = _trim(found, seen, limit)
         if not batch:

@@ -7,13 +7,17 @@ An adapter distribution declares its parts as entry points of the group
     "myframework.migrate" = "remit_myframework.migrate:migrate"
     "myframework.check" = "remit_myframework_check"
     "myframework.pytest" = "remit_myframework_check.fixtures"
+    "myframework.recover" = "remit_myframework.recovery:recoverable"
 
 * ``migrate``: a function ``migrate(source, target, *, run_id=None) -> MigrationReport``,
   the command ``remit migrate <framework>``;
 * ``check``: a module declaring the framework's part of ``remit check`` (its layers and
   fault scenarios; the protocol is in the remit-check package, ``remit_check``);
 * ``pytest``: a module of pytest fixtures for that framework, which remit-check's pytest
-  plugin registers.
+  plugin registers;
+* ``recover``: a function ``recoverable(obj, store_url) -> Recoverable | None`` that
+  recognises the framework's graphs or flows for ``remit worker``
+  (:mod:`remit_core.worker`).
 
 Its serde types go through the same loader, in the group ``remit.serde`` (a function
 ``register_types(serde)``, see :func:`remit_core.serde.load_registrations`).
@@ -35,7 +39,7 @@ from remit_core.errors import RemitError
 
 GROUP: Final = "remit.adapters"
 """The entry point group of the adapters' parts, named ``<framework>.<part>``."""
-PARTS: Final = ("migrate", "check", "pytest")
+PARTS: Final = ("migrate", "check", "pytest", "recover")
 
 
 class RegistrationError(RemitError):

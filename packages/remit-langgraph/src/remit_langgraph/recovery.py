@@ -19,7 +19,9 @@ receipts are recorded return them.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -40,6 +42,7 @@ from remit_core.adapter import (
     recover_runs,
 )
 from remit_langgraph._contract import DEFAULT_NAME, FRAMEWORK, GatedSaver
+from remit_langgraph._seam import Pregel
 
 
 def _store_of(graph: Any) -> Store:
@@ -73,7 +76,8 @@ def _policy(store: Store) -> dict[str, Any]:
 def recover(graph: Any, *, name: str | None = None, config: Mapping[str, Any] | None = None,
             limit: int | None = None, concurrency: int = 1, retry_failed: bool = False,
             max_attempts: int = DEFAULT_MAX_ATTEMPTS, owner: str | None = None,
-            lease: float | None = None) -> RecoveryReport:
+            lease: float | None = None, stop: threading.Event | None = None
+            ) -> RecoveryReport:
     """Continue the abandoned threads of ``graph`` (its ``name``, or ``name``) to their
     next end: ``graph.invoke(None, config)`` for each, ``concurrency`` at a time, at most
     ``limit`` of them. ``config`` is merged into each invocation's config (its
@@ -82,7 +86,8 @@ def recover(graph: Any, *, name: str | None = None, config: Mapping[str, Any] | 
     ``retry_failed`` also retries threads whose last execution raised; threads that
     stopped on an effect in doubt are continued once the receipt is settled (``remit
     effects resolve``). A thread gets at most ``max_attempts`` executions (0: no bound).
-    Returns a :class:`~remit_core.adapter.RecoveryReport`."""
+    Once ``stop`` is set no further thread is taken. Returns a
+    :class:`~remit_core.adapter.RecoveryReport`."""
     store = _store_of(graph)
 
     def resume(run: RunState) -> None:
@@ -91,14 +96,15 @@ def recover(graph: Any, *, name: str | None = None, config: Mapping[str, Any] | 
     return recover_runs(store, resume, framework=FRAMEWORK,
                         name=name or getattr(graph, "name", None) or DEFAULT_NAME,
                         limit=limit, concurrency=concurrency, owner=owner, lease=lease,
-                        retry_failed=retry_failed, max_attempts=max_attempts)
+                        retry_failed=retry_failed, max_attempts=max_attempts, stop=stop)
 
 
 async def arecover(graph: Any, *, name: str | None = None,
                    config: Mapping[str, Any] | None = None, limit: int | None = None,
                    concurrency: int = 1, retry_failed: bool = False,
                    max_attempts: int = DEFAULT_MAX_ATTEMPTS, owner: str | None = None,
-                   lease: float | None = None) -> RecoveryReport:
+                   lease: float | None = None, stop: threading.Event | None = None
+                   ) -> RecoveryReport:
     """:func:`recover` with ``graph.ainvoke``, ``concurrency`` threads at a time as tasks."""
     store = _store_of(graph)
 
@@ -110,7 +116,45 @@ async def arecover(graph: Any, *, name: str | None = None,
                                name=name or getattr(graph, "name", None) or DEFAULT_NAME,
                                limit=limit, concurrency=concurrency, owner=owner,
                                lease=lease, retry_failed=retry_failed,
-                               max_attempts=max_attempts)
+                               max_attempts=max_attempts, stop=stop)
 
 
-__all__ = ["RecoveryReport", "arecover", "recover"]
+@dataclass
+class GraphTarget:
+    """A compiled graph as ``remit worker`` recovers it (:func:`recoverable`)."""
+
+    graph: Any
+    name: str
+    framework: str = FRAMEWORK
+    opened: Any = None  # the saver context the worker opened from its --store URL
+
+    def recover(self, *, limit: int | None, concurrency: int, retry_failed: bool,
+                max_attempts: int, owner: str, stop: threading.Event) -> RecoveryReport:
+        return recover(self.graph, name=self.name, limit=limit, concurrency=concurrency,
+                       retry_failed=retry_failed, max_attempts=max_attempts, owner=owner,
+                       stop=stop)
+
+    def close(self) -> None:
+        if self.opened is not None:
+            opened, self.opened = self.opened, None
+            opened.__exit__(None, None, None)
+
+
+def recoverable(obj: Any, store_url: str | None) -> GraphTarget | None:
+    """``remit worker``'s entry point: a compiled graph (a ``Pregel``) becomes a target;
+    with ``store_url`` its threads are recovered from that store (a RemitSaver opened
+    for the worker), else through the graph's own RemitSaver."""
+    if not isinstance(obj, Pregel):
+        return None
+    name = getattr(obj, "name", None) or DEFAULT_NAME
+    if store_url is None:
+        _store_of(obj)  # the graph's own checkpointer must be a RemitSaver
+        return GraphTarget(obj, name)
+    from remit_langgraph.saver import RemitSaver
+
+    opened = RemitSaver.from_conn_string(store_url)
+    saver = opened.__enter__()
+    return GraphTarget(obj.copy(update={"checkpointer": saver}), name, opened=opened)
+
+
+__all__ = ["GraphTarget", "RecoveryReport", "arecover", "recover", "recoverable"]
