@@ -25,6 +25,17 @@ seams only:
   nothing; :func:`new_execution` starts the next execution, which runs every
   method again on the persisted state. Conversational flows
   (``conversational = True``) start a new execution on every turn.
+* **The run lifecycle.** Each kickoff or resume that runs something keeps the flow
+  id's lifecycle in the store (remit-core's :func:`~remit_core.adapter.keep_run`):
+  from the moment its flow id is fixed (its first method, or the claim of a resume)
+  the run is ``running`` under a lease renewed in the background, and when the call
+  returns or raises it is ``done`` (the flow finished), ``parked`` (it waits for human
+  feedback: the method, message and ``emit`` options), ``failed`` (an exception or a
+  cancellation: its type and message) or ``needs-attention`` (an effect in doubt). The
+  lifecycle's name is the flow's ``name`` (CrewAI's field), else its class's name. A run
+  whose process died reads as abandoned once its lease runs out;
+  :func:`remit_crewai.recover` continues it. A kickoff that returns a finished
+  execution's recorded result runs nothing and records nothing.
 """
 
 from __future__ import annotations
@@ -43,8 +54,18 @@ from crewai.flow.persistence.factory import default_flow_persistence, set_flow_p
 from pydantic import BaseModel
 
 from remit_core import ConsumeConflict, RemitError, derive_id, effect
-from remit_core.adapter import Claim, Store, effect_scope, new_owner, value_digest
+from remit_core.adapter import (
+    Claim,
+    RunKeeper,
+    Store,
+    effect_scope,
+    keep_run,
+    new_owner,
+    value_digest,
+)
+from remit_crewai._seam import check_flow_class, feedback_waiting, flow_name
 from remit_crewai.persistence import (
+    FRAMEWORK,
     RemitFlowPersistence,
     active_run,
     dump_state,
@@ -78,6 +99,9 @@ class _Run:
         self._next: dict[str, int] = {}
         self._seq = 0
         self._lock = threading.Lock()
+        #: this execution in the flow id's lifecycle: kept from bind() to end()
+        self.keeper: RunKeeper | None = None
+        self._ended = False
 
     def bind(self, flow_id: str | None = None, *, epoch: int | None = None,
              position: dict[str, Any] | None = None) -> str:
@@ -98,8 +122,30 @@ class _Run:
             if isinstance(state, BaseModel):
                 self.state_type = type(state)
                 self.persistence.remember_state_type(fid, type(state))
+            if not self._ended:  # the execution starts here: its id is final
+                self.keeper = keep_run(self.store, fid, framework=FRAMEWORK,
+                                       name=flow_name(self.flow))
             self.flow_id = fid
             return fid
+
+    def end(self, exc: BaseException | None = None, result: Any = None) -> None:
+        """Record how this execution ended (once; nothing if it never bound a flow id):
+        the exception that ended it, else parked on the feedback ``result`` asks for,
+        else done."""
+        with self._lock:
+            self._ended = True
+            keeper, self.keeper = self.keeper, None
+        if keeper is None:
+            return
+        if exc is None and isinstance(result, HumanFeedbackPending):
+            try:
+                waiting = feedback_waiting(result)
+            except BaseException as bad:  # a changed seam: still one end for the keeper
+                keeper.end(bad)
+                raise
+            keeper.end(parked=True, waiting=waiting)
+        else:
+            keeper.end(exc)
 
     def begin(self, method: str) -> str:
         """Take the next ordinal of ``method``; return the step name of this pass."""
@@ -269,17 +315,24 @@ async def _resume(flow: Any, feedback: str | None, original: Callable[..., Any])
         if claim.digest is None:  # nobody recorded a value: this recovery's is the value
             digest = value_digest(feedback)
     run = _Run(flow, persistence)
-    run.bind(flow_id, epoch=int(parked.data["epoch"]), position=parked.data.get("position"))
     run.held_claim = (key, owner, claim.fence)
     try:
-        with running(run), store.keep_alive(
-                lambda: store.renew_claim(key, owner=owner, fence=claim.fence)):
-            result = await original(flow, feedback)
-    except BaseException:
-        store.release_claim(key, owner=owner, fence=claim.fence)
+        try:
+            # the execution (and its lifecycle) starts once the claim is this resume's
+            run.bind(flow_id, epoch=int(parked.data["epoch"]),
+                     position=parked.data.get("position"))
+            with running(run), store.keep_alive(
+                    lambda: store.renew_claim(key, owner=owner, fence=claim.fence)):
+                result = await original(flow, feedback)
+        except BaseException:
+            store.release_claim(key, owner=owner, fence=claim.fence)
+            raise
+        store.consume_claim(key, owner=owner, fence=claim.fence, digest=digest)
+        _finish(run, result)
+    except BaseException as exc:
+        run.end(exc)
         raise
-    store.consume_claim(key, owner=owner, fence=claim.fence, digest=digest)
-    _finish(run, result)
+    run.end(result=result)
     return result
 
 
@@ -310,32 +363,44 @@ def _patch_kickoff(cls: type) -> None:
         run = _Run(self, persistence)
         run.inputs = {k: v for k, v in (inputs or {}).items() if k != "id"}
         with running(run):
-            flow_id = str(inputs["id"]) if inputs and inputs.get("id") else None
-            if flow_id is not None:
-                if getattr(self, "conversational", False):  # every turn is a new execution
-                    persistence.new_execution(flow_id, abandon=True)
-                current = persistence.epoch(flow_id)
-                if current.finished:
-                    latest = persistence.load_state(flow_id)
-                    if latest is not None:
-                        _assign_state(self, latest, {})
-                    log.info("remit: flow %s already finished execution %d; returning its "
-                             "recorded result (remit_crewai.new_execution starts another)",
-                             flow_id, current.number)
-                    return current.result
-                found = persistence.pending(flow_id)
-                if found is not None and found[1] == "held" and restore_from_state_id is None:
-                    # a resume claimed the feedback and died: finish it with its value (LV)
-                    parked = type(self).from_pending(flow_id, persistence)
-                    result = await _resume(parked, None, original_resume)
-                    state = parked.state
-                    _assign_state(self, state.model_dump(mode="json")
-                                  if isinstance(state, BaseModel) else dict(state), {})
-                    return result
-            result = await original_kickoff(self, inputs, input_files, None,
-                                            restore_from_state_id)
-            _finish(run, result)
+            try:
+                result = await _kickoff(self, run, persistence, inputs, input_files,
+                                        restore_from_state_id)
+            except BaseException as exc:  # an exception or a cancellation: failed
+                run.end(exc)
+                raise
+            run.end(result=result)
             return result
+
+    async def _kickoff(self: Any, run: _Run, persistence: RemitFlowPersistence,
+                       inputs: dict[str, Any] | None, input_files: Any,
+                       restore_from_state_id: str | None) -> Any:
+        flow_id = str(inputs["id"]) if inputs and inputs.get("id") else None
+        if flow_id is not None:
+            if getattr(self, "conversational", False):  # every turn is a new execution
+                persistence.new_execution(flow_id, abandon=True)
+            current = persistence.epoch(flow_id)
+            if current.finished:
+                latest = persistence.load_state(flow_id)
+                if latest is not None:
+                    _assign_state(self, latest, {})
+                log.info("remit: flow %s already finished execution %d; returning its "
+                         "recorded result (remit_crewai.new_execution starts another)",
+                         flow_id, current.number)
+                return current.result
+            found = persistence.pending(flow_id)
+            if found is not None and found[1] == "held" and restore_from_state_id is None:
+                # a resume claimed the feedback and died: finish it with its value (LV)
+                parked = type(self).from_pending(flow_id, persistence)
+                result = await _resume(parked, None, original_resume)
+                state = parked.state
+                _assign_state(self, state.model_dump(mode="json")
+                              if isinstance(state, BaseModel) else dict(state), {})
+                return result
+        result = await original_kickoff(self, inputs, input_files, None,
+                                        restore_from_state_id)
+        _finish(run, result)
+        return result
 
     @functools.wraps(original_resume)
     async def resume_async(self: Any, feedback: str = "") -> Any:
@@ -367,10 +432,16 @@ def durable(cls: F) -> F:
         @durable
         @persist(RemitFlowPersistence.from_url("sqlite:///flows.db"))
         class OrderFlow(Flow[OrderState]): ...
+
+    Every kickoff and resume of the class then keeps its flow id's run lifecycle (see
+    the module's docstring), so that :func:`remit_crewai.recover` finds the runs whose
+    process died. Raises :class:`~remit_crewai._seam.CrewAISeamError` if the installed
+    crewai lacks an entry point or attribute this relies on.
     """
     klass = cast(type, cls)
     if klass.__dict__.get("__remit_durable__"):
         return cls
+    check_flow_class(klass)  # CrewAISeamError, naming the crewai version, if one is gone
     for name in dir(klass):
         member = inspect.getattr_static(klass, name, None)
         if not isinstance(member, FlowMethod):

@@ -19,6 +19,9 @@ an execution (an epoch)          checkpoints ``start-N`` / ``end-N`` in namespac
                                  ``remit-epoch``; ``end-N`` records the flow's result
 a method body (``@durable``)     a receipt per (flow, epoch, method, ordinal): the
                                  method's output and the state it left (EO, PC)
+a kickoff or resume              the flow id's run lifecycle (framework ``crewai``,
+(``@durable``)                   name: the flow's ``name`` or class name), kept by
+                                 :mod:`remit_crewai._durable`; plain flows keep none
 ===============================  =====================================================
 
 ``load_state`` returns the state of the latest checkpoint: a pure function

@@ -1,0 +1,222 @@
+"""Child-process bodies for the CrewAI recovery tests: flows killed mid-method, and
+recoverers.
+
+``RecoveryFlow`` starts with ``a``; the router ``route`` sends it on by its ``mode``:
+
+* ``pay``: ``b`` (the effect ``charge``) -> ``c`` (a kill point);
+* ``asking``: ``ask`` parks on human feedback with ``emit`` options (left parked);
+* ``reviewing``: ``review`` parks on human feedback -> ``after`` (a kill point on resume).
+
+A child that must die runs its flows until each killable one is at its kill point,
+reports that through a pipe, and blocks until the parent SIGKILLs it. The oracle is a
+ledger file (O_APPEND + fsync): every method entry and every real effect call appends
+one line, so the counts survive SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import Any
+
+from crewai.flow.async_feedback.types import HumanFeedbackPending
+from crewai.flow.flow import Flow, listen, router, start
+from crewai.flow.human_feedback import human_feedback
+from crewai.flow.persistence import persist
+from pydantic import BaseModel
+
+from remit_check.crewai.flows import Park
+from remit_core.adapter import RunStart
+from remit_crewai import RemitFlowPersistence, arecover, durable, effect, recover
+from tests.crewai import _env  # noqa: F401  (before crewai)
+from tests.workers import note
+
+NAME = "RecoveryFlow"
+#: the lease of the executors that die: their flows read as abandoned a second later
+LEASE = 1.0
+
+#: set in a child that must stop at a kill point: called with (method, flow id)
+_stop: Any = None
+
+
+class RState(BaseModel):
+    ledger: str = ""
+    mode: str = "pay"
+    txn: str = ""
+    log: list[str] = []
+
+
+@effect(name="charge")
+def charge(ledger: str, flow_id: str, *, idempotency_key: str) -> str:
+    note(ledger, f"effect charge {flow_id} {os.getpid()}")
+    return f"txn-{flow_id}"
+
+
+def _halt(method: str, flow_id: str) -> None:
+    if _stop is not None:
+        _stop(method, flow_id)
+
+
+@functools.cache
+def flows(url: str, lease: float | None = None) -> dict[str, type[Flow[Any]]]:
+    """The test flows on one store (``lease``: the store's lease in this process)."""
+    backend = RemitFlowPersistence.from_url(url, lease=lease)
+
+    @durable
+    @persist(backend)
+    class RecoveryFlow(Flow[RState]):
+        _skip_auto_memory = True  # CrewAI's agent memory: unused here, and slow to build
+
+        @start()
+        def a(self) -> str:
+            note(self.state.ledger, f"enter a {self.state.id}")
+            self.state.log.append("a")
+            return "a"
+
+        @router(a)
+        def route(self) -> str:
+            return self.state.mode
+
+        @listen("pay")
+        def b(self) -> str:
+            note(self.state.ledger, f"enter b {self.state.id}")
+            self.state.txn = charge(self.state.ledger, self.state.id)
+            self.state.log.append("b")
+            return self.state.txn
+
+        @listen(b)
+        def c(self, txn: str) -> str:
+            note(self.state.ledger, f"enter c {self.state.id} {os.getpid()}")
+            _halt("c", self.state.id)
+            self.state.log.append("c")
+            return f"done {txn}"
+
+        @listen("asking")
+        @human_feedback(message="ship it?", emit=["approved", "rejected"],
+                        default_outcome="approved", provider=Park())
+        def ask(self) -> str:
+            note(self.state.ledger, f"enter ask {self.state.id}")
+            return "the order"
+
+        @listen("reviewing")
+        @human_feedback(message="review?", provider=Park())
+        def review(self) -> str:
+            note(self.state.ledger, f"enter review {self.state.id}")
+            return "the draft"
+
+        @listen(review)
+        def after(self, result: Any) -> str:
+            feedback = getattr(result, "feedback", str(result))
+            note(self.state.ledger, f"enter after {self.state.id} {feedback} {os.getpid()}")
+            _halt("after", self.state.id)
+            self.state.log.append(f"after {feedback}")
+            return f"reviewed {feedback}"
+
+    @durable
+    @persist(backend)
+    class OtherFlow(Flow[RState]):
+        _skip_auto_memory = True
+
+        @start()
+        def a(self) -> str:
+            return "other"
+
+    return {"RecoveryFlow": RecoveryFlow, "OtherFlow": OtherFlow}
+
+
+def recovery_flow(url: str, lease: float | None = None) -> type[Flow[Any]]:
+    return flows(url, lease)["RecoveryFlow"]
+
+
+def killable(specs: list[str]) -> list[str]:
+    return sorted(s for s in specs if not s.startswith(("done:", "park:")))
+
+
+# ======================================================================= child bodies
+
+
+def die_in_c(url: str, ledger: str, specs: list[str], conn: Connection,
+             api: str = "kickoff") -> None:
+    """Run every killable flow (all at once, each on its own thread or task) to method c;
+    report once all are there, then block until SIGKILLed. ``done:<id>`` flows run to
+    the end first, ``park:<id>`` ones park on human feedback (with ``emit`` options)."""
+    global _stop
+    arrived: list[str] = []
+    lock = threading.Lock()
+    all_there = threading.Event()
+    kill = killable(specs)
+
+    def stop(method: str, flow_id: str) -> None:
+        with lock:
+            arrived.append(flow_id)
+            if len(arrived) == len(kill):
+                all_there.set()
+        threading.Event().wait()  # until the process is killed
+
+    flow = recovery_flow(url, LEASE)
+    for s in specs:
+        if s.startswith("done:"):
+            flow().kickoff(inputs={"id": s, "ledger": ledger})
+        elif s.startswith("park:"):
+            parked = flow().kickoff(inputs={"id": s, "ledger": ledger, "mode": "asking"})
+            assert isinstance(parked, HumanFeedbackPending), parked
+    _stop = stop
+    if api == "kickoff_async":
+        loop = asyncio.new_event_loop()
+        # sync methods run on the loop's default executor: one thread per blocked c
+        loop.set_default_executor(ThreadPoolExecutor(2 * len(kill) + 4))
+        threading.Thread(target=loop.run_forever, daemon=True).start()
+        for t in kill:
+            asyncio.run_coroutine_threadsafe(
+                flow().kickoff_async(inputs={"id": t, "ledger": ledger}), loop)
+    else:
+        for t in kill:
+            threading.Thread(target=flow().kickoff,
+                             kwargs={"inputs": {"id": t, "ledger": ledger}},
+                             daemon=True).start()
+    all_there.wait()
+    conn.send(("in c", sorted(arrived)))
+    conn.recv()  # blocks until the parent kills this process
+
+
+def resume_and_die(url: str, flow_id: str, value: str, conn: Connection) -> None:
+    """Resume the parked review of ``flow_id`` with ``value``; report from inside
+    ``after`` and block there until SIGKILLed."""
+    global _stop
+
+    def stop(method: str, fid: str) -> None:
+        conn.send(("in after", fid))
+        threading.Event().wait()
+
+    _stop = stop
+    flow = recovery_flow(url, LEASE)
+    flow.from_pending(flow_id, RemitFlowPersistence.from_url(url, lease=LEASE)).resume(value)
+    conn.send(("finished", flow_id))
+
+
+def recoverer(url: str, barrier: Any, results: Any, api: str, broken: bool) -> None:
+    """Call recover (or arecover) at the same moment as the other recoverers and report
+    what it recovered. ``broken``: the protection off -- each recoverer decides by a read
+    whether a run is abandoned and takes it without the atomic recovery."""
+    flow = recovery_flow(url)
+    if broken:
+        store = RemitFlowPersistence.from_url(url).store  # the store the flows use
+
+        def by_a_read(run_id: str, *, owner: str, **kwargs: Any) -> RunStart:
+            # check-then-act: it looked abandoned, so this recoverer goes on with it
+            seen = store.get_run(run_id)
+            if seen is None or seen.status != "abandoned":
+                return RunStart("not_abandoned", seen)
+            return RunStart("taken_over", dataclasses.replace(
+                seen, owner=owner, status="running"))
+
+        store.recover_run = by_a_read  # type: ignore[method-assign]
+    barrier.wait()
+    report = asyncio.run(arecover(flow)) if api == "kickoff_async" else recover(flow)
+    results.put((os.getpid(), sorted(report.recovered), sorted(report.failed),
+                 sorted(report.skipped)))
