@@ -6,6 +6,8 @@
     await graph.run(Start(), state=state, persistence=persistence)
     # later, in any process:
     async with graph.iter_from_persistence(persistence) as run: ...
+    # runs whose process died, found without their ids and finished:
+    recover(graph, "sqlite:///runs.db")
 
 Supports pydantic-graph>=1.0,<2 (2.0 removed the persistence API); importing this
 package next to another version raises ImportError. The core's entry points and
@@ -21,8 +23,12 @@ from remit_core import (
     effect,
     open_store,
 )
-from remit_pydantic_graph._compat import PYDANTIC_GRAPH_VERSION  # first: the version guard
+from remit_pydantic_graph._compat import (  # first: the version guard
+    PYDANTIC_GRAPH_VERSION,
+    PydanticGraphSeamError,
+)
 from remit_pydantic_graph.persistence import NodeStatusConflict, RemitStatePersistence
+from remit_pydantic_graph.recovery import RecoveryReport, arecover, recover
 
 __version__ = "0.1.0"
 
@@ -32,9 +38,13 @@ __all__ = [
     "CorruptRecord",
     "EffectInDoubt",
     "NodeStatusConflict",
+    "PydanticGraphSeamError",
+    "RecoveryReport",
     "RemitError",
     "RemitStatePersistence",
     "StateValidationError",
+    "arecover",
     "effect",
     "open_store",
+    "recover",
 ]

@@ -18,6 +18,10 @@ a snapshot (``NodeSnapshot`` or        one checkpoint: ``checkpoint_id`` = the s
 a node that raised                     an error record: a pending write on the snapshot,
                                        task ``pydantic-graph:error``, idx = the claim's fence
 ``@effect`` inside ``node.run``        receipts keyed (run, snapshot id, effect name, ordinal)
+one ``graph.iter`` /                   one execution in the run lifecycle
+``iter_from_persistence`` block        (:func:`remit_core.adapter.keep_run`), framework
+(``graph.run`` is one)                 ``pydantic-graph``, name :func:`graph_name`; where
+                                       it starts and ends comes from ``_compat``'s wrapper
 =====================================  ===================================================
 
 A run is a chain: every snapshot but the first has the previous one as its
@@ -35,7 +39,7 @@ success     the snapshot has a successor (written in the same operation that end
 error       an error record exists for the fence of the snapshot's current claim
 running     claimed by ``record_run`` (a dead owner's claim stays here until its lease)
 pending     claimed by ``load_next``
-created     no claim, or a claim given back (a cancelled or interrupted run)
+created     no claim, or a claim given back (a cancelled or interrupted run, an effect in doubt)
 ==========  ===========================================================================
 
 (A stock ``FileStatePersistence`` history imported by :mod:`remit_pydantic_graph.migrate`
@@ -57,6 +61,11 @@ Each transition the contract depends on is one atomic store operation:
   stale owner's record never marks a newer attempt. The claim is then released.
 * running -> created on cancellation (``asyncio`` timeouts, KeyboardInterrupt):
   ``release_claim``. The next resume runs the node again; effects replay.
+* running -> created on an effect in doubt (:class:`~remit_core.EffectInDoubt`, raised
+  where a dead owner's call of an effect may or may not have happened): ``release_claim``
+  too. The run needs a person (its lifecycle says ``needs-attention``); once the effect's
+  receipt is settled, the next resume (or :func:`remit_pydantic_graph.recover`) runs the
+  node again and the effect returns the settled result, or runs again if it was reset.
 * error -> pending/running, only with ``retry_errors=True``: ``claim_once`` on the
   released claim (a new fence makes the old error record stale).
 """
@@ -69,6 +78,7 @@ import json
 import logging
 import re
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -97,13 +107,17 @@ from remit_core.adapter import (
     Claim,
     LeaseLost,
     RemitError,
+    RunKeeper,
     StoreHold,
+    akeep_run,
     claim_key,
     derive_id,
     effect_scope,
+    ending,
     hold_store,
     new_owner,
 )
+from remit_pydantic_graph import _compat
 
 log = logging.getLogger("remit")
 
@@ -115,7 +129,10 @@ KIND = "pydantic-graph"
 START = "__start__"
 """``parent_id`` of a run's first snapshot: ``exclusive_child`` makes it one per run."""
 FRAMEWORK = "pydantic-graph"
-"""The framework part of remit-pydantic-graph's claim keys."""
+"""The framework part of remit-pydantic-graph's claim keys, and the framework its runs are
+kept under in the store's run lifecycle."""
+DEFAULT_NAME = "pydantic-graph"
+"""The lifecycle name of a run whose graph has no name and no nodes (see :func:`graph_name`)."""
 ERROR_TASK = "pydantic-graph:error"
 RUNNING_TASK = "pydantic-graph:running"
 
@@ -126,6 +143,33 @@ _FIELD = re.compile(r"field_name='([^']+)'")
 
 def _now() -> datetime:
     return datetime.now(tz=UTC)
+
+
+def graph_name(graph: Any) -> str:
+    """The name the runs of ``graph`` are kept under in the run lifecycle (and that
+    :func:`remit_pydantic_graph.recover` looks for): ``graph.name`` as pydantic-graph has
+    it when the run's execution starts, i.e. ``Graph(name=...)``, or, for a graph created
+    without one, the name pydantic-graph infers from the calling frame of ``run`` /
+    ``iter`` (the variable that holds the graph there); when it has none (``infer_name=
+    False``, or no variable holds it), the id of its first node in ``Graph(nodes=...)``
+    order; :data:`DEFAULT_NAME` for a graph without nodes."""
+    name = getattr(graph, "name", None)
+    if name:
+        return str(name)
+    first = next(iter(getattr(graph, "node_defs", None) or ()), None)
+    return str(first) if first else DEFAULT_NAME
+
+
+@dataclass
+class _Execution:
+    """One execution of the run: an ``async with graph.iter(...)`` (or
+    ``iter_from_persistence``, or ``graph.run``) block over this persistence, kept in the
+    run lifecycle from its first node claim to the block's exit (or its End snapshot)."""
+
+    graph: Any
+    depth: int = 1  # blocks of this persistence nested in each other: the outermost keeps
+    keeper: RunKeeper | None = None
+    finalizer: weakref.finalize[Any, Any] | None = None
 
 
 @dataclass
@@ -199,6 +243,19 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
       the persistence is opened with ``retry_errors=True``; a cancelled node
       (``asyncio`` timeout) goes back to ``created`` and the next resume runs it.
       A snapshot is never left ``running`` by a live process.
+    * The run lifecycle: each ``async with graph.iter(...)`` /
+      ``graph.iter_from_persistence(...)`` block (``graph.run`` is one) that runs or
+      loads a node is one execution of the run, kept in the store under the framework
+      ``"pydantic-graph"`` and :func:`graph_name`: ``running`` (its lease renewed in the
+      background, every third of the store's lease) from its first node claim; ``done``
+      when it writes the End snapshot; at the block's exit ``parked`` (left before the
+      End: ``waiting`` names the snapshot and node it stopped at), ``failed`` (an
+      exception, a cancellation included: its type and message) or
+      ``needs-attention`` (an effect in doubt). A run whose process died reads
+      ``abandoned`` once that lease runs out, and :func:`remit_pydantic_graph.recover`
+      finds and finishes it. Calls made on the persistence outside such a block
+      (``load_next()`` of the human-in-the-loop pattern, ``graph.initialize``) keep no
+      lifecycle of their own.
 
     One instance serves one run and one caller at a time (as pydantic-graph
     intends); make another with :meth:`for_run` or :meth:`from_url` per run.
@@ -236,6 +293,8 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         self._held: dict[str, Claim] = {}  # claims this instance holds, by snapshot id
         self._done: _Attempt | None = None  # a node whose success waits for its successor
         self._mine: str | None = None  # the head this instance wrote last
+        self._execution: _Execution | None = None  # the block running this run, if any
+        self._head: tuple[str, str] | None = None  # (snapshot id, node id) met last
 
     # =============================================================================== opening
 
@@ -307,8 +366,11 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         await self._commit(NodeSnapshot(state=state, node=next_node), next_node)
 
     async def snapshot_end(self, state: StateT, end: End[RunEndT]) -> None:
-        """Write the end snapshot; it also records the last node's success (one operation)."""
+        """Write the end snapshot; it also records the last node's success (one operation).
+        The execution is ``done`` in the run lifecycle from here."""
         await self._commit(EndSnapshot(state=state, result=end), end)
+        if self._execution is not None:
+            await self._end_execution(self._execution, None, done=True)
 
     async def snapshot_node_if_new(
         self, snapshot_id: str, state: StateT, next_node: BaseNode[StateT, Any, RunEndT]
@@ -364,6 +426,7 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         target.set_snapshot_id(new_id)
         self._known.add(new_id)
         self._mine = new_id
+        self._met(new_id, snapshot)
         await self._consume(step, parent.claim)
 
     async def _write_first(self, snapshot: Snapshot[StateT, RunEndT],
@@ -384,6 +447,7 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         target.set_snapshot_id(new_id)
         self._known.add(new_id)
         self._mine = new_id
+        self._met(new_id, snapshot)
 
     async def _replace_head(self, head: Checkpoint, snapshot: NodeSnapshot[StateT, RunEndT],
                             node: BaseNode[StateT, Any, RunEndT]) -> None:
@@ -408,6 +472,7 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         node.set_snapshot_id(new_id)
         self._known.add(new_id)
         self._mine = new_id
+        self._met(new_id, snapshot)
         await self._consume(hid, claim)
 
     # ================================================================================= runs
@@ -418,8 +483,9 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         lease while the node runs, and give ``@effect`` calls the snapshot's receipt scope.
 
         On success the node's ``success`` is deferred to its successor's write. On an
-        exception the error is recorded (status ``error``); on cancellation the claim
-        is given back (status ``created``). Raises :class:`~remit_core.ConsumeConflict`
+        exception the error is recorded (status ``error``); on cancellation, and on an
+        effect in doubt (:class:`~remit_core.EffectInDoubt`), the claim is given back
+        (status ``created``). Raises :class:`~remit_core.ConsumeConflict`
         when another process holds or consumed the snapshot, and ``LookupError`` for
         an unknown id.
         """
@@ -429,8 +495,10 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
             raise LookupError(f"No snapshot found with id={sid!r} in run {self.run_id!r}")
         if self._is_end(ck):
             raise GraphRuntimeError(f"snapshot {sid!r} is an end snapshot; only node snapshots run")
+        _compat.check_installed()
         was_pending = self._held.get(sid)
         claim = await self._claim(sid, ck, phase="running")
+        await self._keep(sid, claim)
         if was_pending is not None and was_pending.fence == claim.fence:
             # display only: the claim taken by load_next now runs its node
             await self._io(self.store.put_writes, self.run_id, sid, RUNNING_TASK,
@@ -448,7 +516,12 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
             try:
                 yield
             except Exception as exc:
-                await self._fail(sid, claim, exc, start_ts, perf_counter() - t0)
+                if ending(exc)[0] == "needs-attention":
+                    # an effect in doubt is not the node's failure: the snapshot goes back
+                    # to created, and the node runs again once a person settled the effect
+                    self._abandon(sid, claim)
+                else:
+                    await self._fail(sid, claim, exc, start_ts, perf_counter() - t0)
                 raise
             except BaseException:
                 self._abandon(sid, claim)
@@ -484,6 +557,8 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
             snapshot = cast(NodeSnapshot[StateT, RunEndT], self._decode(head))
             snapshot.status = "pending"
             self._known.add(sid)
+            self._met(sid, snapshot)
+            await self._keep(sid, self._held[sid])
             return snapshot
         raise RemitError(f"run {self.run_id!r} kept moving while load_next looked for its head; "
                          "retry load_next.")
@@ -539,6 +614,69 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
                 key=other._key(snapshot_id), run_id=run_id, step=snapshot_id, owner=exc.owner,
                 status="started") from None
         return other
+
+    # ===================================================================== the run lifecycle
+
+    def _entered(self, graph: Any) -> None:
+        """A ``graph.iter`` / ``iter_from_persistence`` block over this persistence enters
+        (:mod:`remit_pydantic_graph._compat` calls it)."""
+        if self._execution is None:
+            self._execution = _Execution(graph)
+        else:
+            self._execution.depth += 1
+
+    async def _exited(self, error: BaseException | None) -> None:
+        """The block exits: the outermost one ends the execution (see :meth:`_end_execution`)."""
+        ex = self._execution
+        if ex is None:
+            return
+        ex.depth -= 1
+        if ex.depth > 0:
+            return
+        self._execution = None
+        await self._end_execution(ex, error)
+
+    async def _keep(self, sid: str, claim: Claim) -> None:
+        """The block claimed its first snapshot (it runs or loads a node): start keeping
+        the execution (:func:`remit_core.adapter.keep_run`; inside a recovery, the
+        recoverer's). On failure the claim is given back and the error raised."""
+        ex = self._execution
+        if ex is None or ex.keeper is not None:
+            return
+        try:
+            keeper = await akeep_run(self.store, self.run_id, framework=FRAMEWORK,
+                                     name=graph_name(ex.graph))
+        except BaseException:
+            self._abandon(sid, claim)
+            raise
+        ex.keeper = keeper
+        # a block never exited (its coroutine dropped) stops renewing with the persistence
+        ex.finalizer = weakref.finalize(self, keeper.close)
+
+    async def _end_execution(self, ex: _Execution, error: BaseException | None, *,
+                             done: bool = False) -> None:
+        """Record how the execution ended, by remit-core's one rule (``ending``): ``done``
+        (the End snapshot written), else no exception: ``parked`` at the snapshot met last,
+        an exception: ``failed`` / ``needs-attention``. Once; the app's own outcome goes on
+        if the store cannot be reached (the run then reads abandoned after its lease)."""
+        keeper = ex.keeper
+        if keeper is None:
+            return
+        if ex.finalizer is not None:
+            ex.finalizer.detach()
+        if done:
+            await asyncio.to_thread(keeper.end)
+            return
+        waiting = None if self._head is None else \
+            {"snapshot": self._head[0], "node": self._head[1]}
+        if error is None or isinstance(error, Exception):
+            await asyncio.to_thread(keeper.end, error, parked=error is None, waiting=waiting)
+        else:  # cancelled or interrupted: no await, the task may be cancelled again
+            keeper.end(error)
+
+    def _met(self, sid: str, snapshot: Snapshot[StateT, RunEndT]) -> None:
+        if isinstance(snapshot, NodeSnapshot):
+            self._head = (sid, str(snapshot.node.get_node_id()))
 
     # ================================================================================ claims
 
@@ -936,3 +1074,22 @@ def _parse_ts(value: Any) -> datetime | None:
         return datetime.fromisoformat(value)
     except ValueError:
         return None
+
+
+# ===================================================================== the execution seam
+
+
+class _Executions:
+    """The persistence's side of :mod:`remit_pydantic_graph._compat`'s wrapped blocks."""
+
+    def ours(self, persistence: Any) -> bool:
+        return isinstance(persistence, RemitStatePersistence)
+
+    def entered(self, persistence: Any, graph: Any) -> None:
+        persistence._entered(graph)
+
+    async def exited(self, persistence: Any, error: BaseException | None) -> None:
+        await persistence._exited(error)
+
+
+_compat.install(_Executions())
