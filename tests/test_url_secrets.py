@@ -159,13 +159,16 @@ def test_remit_inspect_never_shows_the_password(request: pytest.FixtureRequest,
                                                 drop_secret_schema: None) -> None:
     port, pg_ok = _redis_port(request), _pg_ok(request)
     commands = []
-    for pw in ("Zq7x#Xv9y-Kp2z", "Zq7x/Xv9y-Kp2z", "Zq7x?Xv9y=Kp2z", "Zq7x@Xv9y-Kp2z",
-               "Zq7x#Xv9y/Kp2z?Wm4w@Rt6u"):
+    # (each command is a new interpreter, ~4 s here: one password with '#' alone and one
+    # with all four of '#', '/', '?', '@'; test_open_store_never_shows_the_password walks
+    # every password through the same code in-process)
+    for pw in ("Zq7x#Xv9y-Kp2z", "Zq7x#Xv9y/Kp2z?Wm4w@Rt6u"):
         for url in urls(pw, port, pg_ok):
             if url.startswith(("postgres://", "rediss://")) or "user=" in url:
                 continue  # the same code paths as their neighbours; keeps the test short
             commands.append([_remit(), "inspect", url])
-            commands.append([_remit(), "inspect", url, "some-run", "--json"])
+            if "127.0.0.1:1/" not in url and "@127.0.0.1:" in url:  # a server that answers
+                commands.append([_remit(), "inspect", url, "some-run", "--json"])
     for command, text in _run_all(commands):
         assert leaks(text) == [], (command[2], text)
         assert "Traceback" not in text, (command[2], text)

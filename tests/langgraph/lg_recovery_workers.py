@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from remit_core.adapter import RunStart
+from remit_core.adapter import RunStart, poll
 from remit_langgraph import RemitSaver, arecover, effect, recover
 from tests.workers import note
 
@@ -150,19 +150,60 @@ def recoverer(url: str, ledger: str, barrier: Any, results: Any, api: str,
     whether a run is abandoned and takes it without the atomic recovery."""
     with RemitSaver.from_conn_string(url) as saver:
         if broken:
-            store = saver.store
-
-            def by_a_read(run_id: str, *, owner: str, **kwargs: Any) -> RunStart:
-                # check-then-act: it looked abandoned, so this recoverer goes on with it
-                seen = store.get_run(run_id)
-                if seen is None or seen.status != "abandoned":
-                    return RunStart("not_abandoned", seen)
-                return RunStart("taken_over", dataclasses.replace(
-                    seen, owner=owner, status="running"))
-
-            store.recover_run = by_a_read  # type: ignore[method-assign]
+            _break_recovery(saver.store)
         graph = app(saver, ledger)
         barrier.wait()
         report = asyncio.run(arecover(graph)) if api == "ainvoke" else recover(graph)
         results.put((os.getpid(), sorted(report.recovered), sorted(report.failed),
                      sorted(report.skipped)))
+
+
+def chaos_recoverer(url: str, ledger: str, threads: list[str], barrier: Any, results: Any,
+                    kills: Any, killed: Any, die: bool, broken: bool) -> None:
+    """A recoverer in the chaos test. ``die``: it stops inside node c of the first thread
+    it continues, reports that, and blocks until the parent SIGKILLs it. Otherwise its
+    node c waits until the parent has killed the dying ones (so that they take threads),
+    and it recovers pass after pass until every thread is done (the killed recoverers'
+    threads read as abandoned once their lease, 1 s, runs out)."""
+    global _stop_in_c
+
+    def stop_dying(thread: str) -> None:
+        kills.put((os.getpid(), thread))
+        threading.Event().wait()
+
+    _stop_in_c = stop_dying if die else (lambda thread: killed.wait(120))
+    with RemitSaver.from_conn_string(url, lease=LEASE) as saver:
+        if broken:
+            _break_recovery(saver.store)
+        graph = app(saver, ledger)
+        store = saver.store
+        barrier.wait()
+        recovered: list[str] = []
+
+        def next_step() -> str | None:
+            runs = [store.get_run(t) for t in threads]
+            if all(r is not None and r.status == "done" for r in runs):
+                return "all done"
+            if any(r is not None and r.status == "abandoned" for r in runs):
+                return "work"
+            return None
+
+        while True:
+            recovered += recover(graph).recovered
+            step = poll(next_step, within=120, pause=0.05, most=0.25)
+            if step != "work":
+                break
+        results.put((os.getpid(), sorted(recovered), step))
+
+
+def _break_recovery(store: Any) -> None:
+    """The protection off: a recoverer decides by a read that a run is abandoned and goes
+    on with it, without the atomic take."""
+    def by_a_read(run_id: str, *, owner: str, **kwargs: Any) -> RunStart:
+        seen = store.get_run(run_id)
+        if seen is None or seen.status != "abandoned":
+            return RunStart("not_abandoned", seen)
+        return RunStart("taken_over", dataclasses.replace(seen, owner=owner,
+                                                          status="running"))
+
+    store.recover_run = by_a_read

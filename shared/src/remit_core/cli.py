@@ -12,10 +12,11 @@ every installed adapter, stock against remit; the matrix is the package remit-ch
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from remit_core.errors import RemitError
@@ -87,11 +88,20 @@ def _lifecycle(state: Any) -> dict[str, Any]:
     return shown
 
 
-def _inspect(args: argparse.Namespace) -> int:
-    # read-only: inspection creates no file, table, schema or key (DESIGN.md section 4b)
-    from remit_core.serde import inspect_serde  # every adapter's types; unknown ones as such
+@contextlib.contextmanager
+def _reading(url: str) -> Iterator[Any]:
+    """The store at ``url``, read-only (inspection creates no file, table, schema or key),
+    decoding every adapter's types and showing unknown ones as such. The adapters' types
+    are loaded once the store opened: a URL that cannot be opened imports no framework."""
+    from remit_core.serde import inspect_serde
 
-    with open_store(args.url, read_only=True, serde=inspect_serde()) as store:
+    with open_store(url, read_only=True) as store:
+        store.serde = inspect_serde()
+        yield store
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    with _reading(args.url) as store:
         report: dict[str, Any] = {"store": store.url}
         if args.run is None:
             report["runs"] = [
@@ -148,9 +158,7 @@ def _in_doubt(receipt: Any, now: float) -> bool:
 def _effects_list(args: argparse.Namespace) -> int:
     import time
 
-    from remit_core.serde import inspect_serde
-
-    with open_store(args.url, read_only=True, serde=inspect_serde()) as store:
+    with _reading(args.url) as store:
         now = time.time()
         waiting = {}
         for info in store.list_runs(status="needs-attention", limit=None):
