@@ -92,6 +92,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The fork server of the child processes preloads every worker module (tests/procs.py),
+    set once all test modules are imported and before any child starts."""
+    from tests import procs
+
+    procs.preload()
+
+
 def unavailable(reason: str) -> None:
     """Skip, or fail when REMIT_REQUIRE_SERVICES=1."""
     if REQUIRE:

@@ -8,7 +8,6 @@ the claim over -- one call, no retry loop in the caller.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -19,8 +18,9 @@ import pytest
 from remit_core import ConsumeConflict, open_store
 from remit_core.errors import StoreConfigError
 from remit_core.store import new_owner
+from tests import procs
 
-CTX = mp.get_context("spawn")
+CTX = procs.CTX
 LEASE = 3.0
 
 

@@ -8,7 +8,6 @@ checkpoint and its values in two transactions, and is killed between them).
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import queue
 import random
@@ -22,9 +21,9 @@ import pytest
 
 from remit_core import open_store
 from remit_core.store import new_owner
-from tests import workers
+from tests import procs, workers
 
-CTX = mp.get_context("spawn")
+CTX = procs.CTX
 BREAK = os.environ.get("REMIT_TEST_BREAK", "")
 
 

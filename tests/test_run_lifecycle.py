@@ -8,7 +8,6 @@ the racers decide by a read instead of the atomic operation, to see it fail.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from collections import Counter, defaultdict
 from typing import Any
@@ -18,10 +17,10 @@ import pytest
 from remit_core import open_store
 from remit_core.records import RunState
 from remit_core.store import Store, new_owner
-from tests import workers
+from tests import procs, workers
 from tests.test_races import drain, join_all
 
-CTX = mp.get_context("spawn")
+CTX = procs.CTX
 BREAK = os.environ.get("REMIT_TEST_BREAK", "")
 
 # a lease that has run out as soon as it is granted: the run reads as abandoned

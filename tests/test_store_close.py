@@ -10,7 +10,6 @@ child process, so a crash is seen as a signal, not as a dead test run.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import threading
 from multiprocessing.connection import Connection
 
@@ -18,8 +17,9 @@ import pytest
 
 from remit_core import open_store
 from remit_core.errors import StoreClosed
+from tests import procs
 
-CTX = mp.get_context("spawn")
+CTX = procs.CTX
 
 
 def _writers_then_close(url: str, rounds: int) -> dict[str, int]:

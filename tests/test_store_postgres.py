@@ -6,7 +6,6 @@ The backend-neutral contract is tested for every backend in test_store.py.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import queue
 import threading
 import time
@@ -29,10 +28,11 @@ from remit_core.errors import (
 )
 from remit_core.store import new_owner
 from remit_core.store.postgres import MIGRATIONS, TABLES, PostgresStore
+from tests import procs
 
 pytestmark = pytest.mark.postgres
 
-CTX = mp.get_context("spawn")
+CTX = procs.CTX
 
 
 @pytest.fixture

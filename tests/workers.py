@@ -1,6 +1,7 @@
 """Code that runs in child OS processes for the race and crash tests.
 
-Children are started with the ``spawn`` method (a fresh interpreter each), are
+Children are forked from the suite's fork server (tests/procs.py: a clean process that
+preloaded the worker modules; each child is a new process with no state of the parent), are
 released together by a ``multiprocessing.Barrier``, and report back through
 queues or pipes. A child that must die at a chosen point tells the parent it
 reached the point and then blocks on a pipe; the parent SIGKILLs it there.

@@ -6,7 +6,6 @@ behaves like a stock one) to show that the race test fails without it.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -18,9 +17,10 @@ import pytest
 from langgraph.types import Command
 
 from remit_langgraph import ConsumeConflict, RemitSaver
+from tests import procs
 from tests.langgraph import lg_workers as w
 
-CTX = mp.get_context("spawn")
+CTX = procs.CTX
 
 
 def park_then_kill_resumer(store_url: str, thread: str, value: int, ledger: Path) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import multiprocessing as mp
 import operator
 import sqlite3
 import subprocess
@@ -42,8 +41,9 @@ from remit_core.effects import receipt_key
 from remit_core.migrate import MigrationError, RecordsRefused
 from remit_langgraph import ConsumeConflict, RemitSaver
 from remit_langgraph.migrate import MARKER_RUN, migrate
+from tests import procs
 
-CTX = mp.get_context("spawn")
+CTX = procs.CTX
 
 # ==================================================================================== graph
 

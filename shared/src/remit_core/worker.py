@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -78,27 +79,37 @@ def load_app(spec: str) -> list[Any]:
     return list(obj) if isinstance(obj, list | tuple) else [obj]
 
 
-def _recognisers() -> dict[str, Callable[[Any, str | None], Recoverable | None]]:
-    return {framework: reg.load() for framework, reg in registrations("recover").items()}
+def _recognisers(*, imported_only: bool = False
+                 ) -> dict[str, Callable[[Any, str | None], Recoverable | None]]:
+    """The adapters' ``recover`` entry points; with ``imported_only``, those of the
+    frameworks whose package this process has imported (an object of a framework means
+    its package is imported, so the others need not be loaded: importing CrewAI costs
+    seconds)."""
+    found = registrations("recover")
+    if imported_only:
+        found = {fw: reg for fw, reg in found.items()
+                 if fw.replace("-", "_") in sys.modules}
+    return {framework: reg.load() for framework, reg in found.items()}
 
 
 def _recognised(obj: Any) -> bool:
-    return any(fn(obj, None) is not None for fn in _recognisers().values())
+    return any(fn(obj, None) is not None
+               for fn in _recognisers(imported_only=True).values())
 
 
 def targets_for(objects: Sequence[Any], store_url: str | None = None) -> list[Recoverable]:
     """Each object as its adapter recovers it; a :class:`WorkerError` names an object no
     installed adapter recognises, and the adapters installed."""
-    recognisers = _recognisers()
     targets: list[Recoverable] = []
     for obj in objects:
-        for fn in recognisers.values():
-            target = fn(obj, store_url)
+        for recognisers in (_recognisers(imported_only=True), _recognisers()):
+            target = next((t for fn in recognisers.values()
+                           if (t := fn(obj, store_url)) is not None), None)
             if target is not None:
                 targets.append(target)
                 break
         else:
-            installed = ", ".join(recognisers) or "none"
+            installed = ", ".join(registrations("recover")) or "none"
             raise WorkerError(
                 f"no installed adapter recovers {type(obj).__module__}."
                 f"{type(obj).__qualname__} objects (adapters with recovery: {installed}); "
