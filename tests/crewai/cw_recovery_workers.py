@@ -133,6 +133,13 @@ def recovery_flow(url: str, lease: float | None = None) -> type[Flow[Any]]:
     return flows(url, lease)["RecoveryFlow"]
 
 
+def worker_app() -> type[Flow[Any]]:
+    """``remit worker --app``'s target: the flow class, whose own ``@persist`` backend is
+    on $REMIT_TEST_CLASS_STORE, a store that holds no flow: only a worker that builds
+    the flows with its ``--store`` finds the killed ones."""
+    return recovery_flow(os.environ["REMIT_TEST_CLASS_STORE"])
+
+
 def killable(specs: list[str]) -> list[str]:
     return sorted(s for s in specs if not s.startswith(("done:", "park:")))
 

@@ -23,6 +23,9 @@ import contextlib
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +37,9 @@ from crewai.flow.flow import Flow, listen, start
 from crewai.flow.persistence import persist
 from pydantic import BaseModel
 
-from remit_core import Store
+from remit_core import RemitError, Store
 from remit_core.adapter import poll
+from remit_core.worker import WorkerError, targets_for
 from remit_crewai import (
     CrewAISeamError,
     RemitFlowPersistence,
@@ -43,6 +47,7 @@ from remit_crewai import (
     durable,
     recover,
 )
+from remit_crewai.recovery import recoverable
 from tests.crewai import cw_recovery_workers as w
 from tests.test_races import drain, join_all
 
@@ -219,6 +224,81 @@ def test_eight_recoverers_race_and_each_flow_finishes_once(store_url: str, tmp_p
         for f in flow_ids:
             run = backend.store.get_run(f)
             assert run is not None and (run.status, run.attempts) == ("done", 2), run
+
+
+def remit(*args: str, env: dict[str, str] | None = None, **kwargs: Any
+          ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "remit_core.cli", *args], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **(env or {})}, **kwargs)
+
+
+@pytest.mark.slow
+def test_the_worker_recovers_flows_until_sigterm_and_prints_its_counts(
+        store_url: str, tmp_path: Path) -> None:
+    """``remit worker --app <flow class> --store URL`` finds the flows killed in c and
+    finishes each once, ``--once`` and then pass after pass until SIGTERM. The class's own
+    backend is another (empty) store: the worker's flows are built with its --store."""
+    ledger = tmp_path / "ledger"
+    app = "tests.crewai.cw_recovery_workers:worker_app"
+    env = {"REMIT_TEST_CLASS_STORE": f"sqlite:///{tmp_path}/class-store.db"}
+    flows = ["w1", "w2", "w3"]
+    kill_in_c(store_url, ledger, flows)
+    once = remit("worker", "--app", app, "--store", store_url, "--once", "--concurrency", "2",
+                 env=env)
+    assert once.returncode == 0, once.stderr
+    assert "3 recovered, 0 failed" in once.stdout, once.stdout
+    assert sum("recovered run" in line for line in once.stderr.splitlines()) == 3
+    check_once(ledger, flows)
+    # a long-running worker: another flow dies while it runs; SIGTERM stops it cleanly
+    kill_in_c(store_url, ledger, ["w4"])
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    with out.open("w") as stdout, err.open("w") as stderr:  # files: no pipe to fill up
+        proc = subprocess.Popen([sys.executable, "-m", "remit_core.cli", "worker", "--app", app,
+                                 "--store", store_url, "--interval", "0.2"],
+                                stdout=stdout, stderr=stderr, env={**os.environ, **env})
+    try:
+        with RemitFlowPersistence.from_url(store_url) as backend:
+            assert poll(lambda: True if (r := backend.store.get_run("w4")) is not None
+                        and r.status == "done" else None, within=180, pause=0.05,
+                        most=0.5), f"the worker never recovered w4: {err.read_text()}"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err.read_text()
+    assert "SIGTERM" in err.read_text(), err.read_text()
+    assert "1 recovered, 0 failed" in out.read_text(), out.read_text()
+    check_once(ledger, [*flows, "w4"])
+    with RemitFlowPersistence.from_url(store_url) as backend:
+        for f in [*flows, "w4"]:
+            run = backend.store.get_run(f)
+            assert run is not None and (run.status, run.attempts, run.name) == \
+                ("done", 2, w.NAME)
+
+
+def test_the_worker_takes_durable_flow_classes_only(store_url: str) -> None:
+    """remit worker's recogniser, found through the registry: a @durable flow class is a
+    target on the worker's --store, a plain Flow class is refused with the reason, and an
+    object of no framework is no adapter's."""
+    (target,) = targets_for([w.recovery_flow(store_url)], store_url)
+    assert (target.framework, target.name) == ("crewai", w.NAME)
+    assert target.recover(limit=None, concurrency=1, retry_failed=False, max_attempts=10,
+                          owner="test", stop=threading.Event()).total == 0
+    target.close()
+
+    class PlainFlow(Flow[w.RState]):
+        _skip_auto_memory = True
+
+        @start()
+        def a(self) -> str:
+            return "a"
+
+    with pytest.raises(RemitError, match=r"cannot recover the flow class \S+PlainFlow: "
+                       r"recover\(\) needs a @durable flow class"):
+        targets_for([PlainFlow], store_url)
+    assert recoverable(object(), store_url) is None
+    with pytest.raises(WorkerError, match=r"no installed adapter recovers builtins\.object"):
+        targets_for([object()], store_url)
 
 
 # ============================================================== the lifecycle, in-process

@@ -27,7 +27,7 @@ from pydantic_graph.graph import Graph
 
 from remit_core import open_store
 from remit_core.adapter import RunStart
-from remit_pydantic_graph import RemitStatePersistence, arecover, effect, recover
+from remit_pydantic_graph import GraphTarget, RemitStatePersistence, arecover, effect, recover
 from tests.workers import note
 
 NAME = "pg-recovery"
@@ -97,6 +97,12 @@ class C(BaseNode[Job, None, str]):
 
 graph = Graph(nodes=[A, B, C], name=NAME)
 other_graph = Graph(nodes=[A, B, C], name="another-graph")
+
+
+def worker_target() -> GraphTarget:
+    """``remit worker --app``'s target without ``--store``: the graph with the store its
+    runs are on ($REMIT_TEST_STORE)."""
+    return GraphTarget(graph, os.environ["REMIT_TEST_STORE"])
 
 
 async def execute(url: str, ledger: str, run: str, lease: float = LEASE) -> None:

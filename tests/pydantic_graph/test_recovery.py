@@ -22,6 +22,9 @@ import asyncio
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,11 +35,13 @@ import pytest
 from pydantic_graph.graph import Graph
 from pydantic_graph.persistence.in_mem import SimpleStatePersistence
 
-from remit_core import Store, open_store
+from remit_core import RemitError, Store, open_store
 from remit_core.adapter import poll
+from remit_core.worker import targets_for
 from remit_pydantic_graph import (
     PYDANTIC_GRAPH_VERSION,
     ConsumeConflict,
+    GraphTarget,
     PydanticGraphSeamError,
     RemitStatePersistence,
     _compat,
@@ -44,6 +49,7 @@ from remit_pydantic_graph import (
     recover,
 )
 from remit_pydantic_graph.persistence import _Executions, graph_name
+from remit_pydantic_graph.recovery import recoverable
 from tests.pydantic_graph import pg_recovery_workers as w
 from tests.test_races import drain, join_all
 
@@ -387,3 +393,78 @@ def test_eight_recoverers_race_and_each_run_finishes_once(store_url: str, tmp_pa
     assert (recovered, failed) == (Counter({r: 1 for r in runs}), Counter()), \
         (recovered, failed)
     check_once(ledger, runs)
+
+
+# ======================================================================== remit worker
+
+
+def remit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "remit_core.cli", *args], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_the_worker_takes_a_graph_with_a_store_or_a_graph_target(store_url: str) -> None:
+    """remit worker's recogniser, found through the registry: a bare graph needs the
+    worker's --store (a graph carries no store), a GraphTarget carries its own (a --store
+    replaces it), and an object of no framework is no adapter's."""
+    with pytest.raises(RemitError, match=r"graph 'pg-recovery' carries no store .* run "
+                       r"remit worker --store URL, or name a remit_pydantic_graph"
+                       r"\.GraphTarget"):
+        targets_for([w.graph])
+    with pytest.raises(RemitError, match="carries no store"):
+        targets_for([GraphTarget(w.graph)])
+    (bare,) = targets_for([w.graph], store_url)
+    own = GraphTarget(w.graph, store_url, name="elsewhere")
+    (carried,) = targets_for([own])
+    (replaced,) = targets_for([GraphTarget(w.graph, "sqlite:///never-opened.db")], store_url)
+    assert carried is own and isinstance(replaced, GraphTarget)
+    assert replaced.persistence_for == store_url
+    for target, name in ((bare, w.NAME), (carried, "elsewhere"), (replaced, w.NAME)):
+        assert (target.framework, target.name) == ("pydantic-graph", name)
+        assert target.recover(limit=None, concurrency=1, retry_failed=False,
+                              max_attempts=10, owner="test", stop=threading.Event()
+                              ).total == 0
+        target.close()
+    assert recoverable(object(), store_url) is None
+
+
+@pytest.mark.slow
+def test_the_worker_recovers_runs_until_sigterm_and_prints_its_counts(
+        store_url: str, tmp_path: Path) -> None:
+    """``remit worker --app <graph> --store URL --once`` finds the runs killed in C and
+    finishes each once; then a worker on a GraphTarget (its store in the target, no
+    --store) recovers pass after pass until SIGTERM."""
+    ledger = tmp_path / "ledger"
+    runs = kill_in_c(store_url, ledger, ["w1", "w2", "w3"])
+    once = remit("worker", "--app", "tests.pydantic_graph.pg_recovery_workers:graph",
+                 "--store", store_url, "--once", "--concurrency", "2")
+    assert once.returncode == 0, once.stderr
+    assert "3 recovered, 0 failed" in once.stdout, once.stdout
+    assert sum("recovered run" in line for line in once.stderr.splitlines()) == 3
+    check_once(ledger, runs)
+    # a long-running worker: another run dies while it runs; SIGTERM stops it cleanly
+    runs += kill_in_c(store_url, ledger, ["w4"])
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    with out.open("w") as stdout, err.open("w") as stderr:  # files: no pipe to fill up
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "remit_core.cli", "worker", "--app",
+             "tests.pydantic_graph.pg_recovery_workers:worker_target", "--interval", "0.2"],
+            stdout=stdout, stderr=stderr, env={**os.environ, "REMIT_TEST_STORE": store_url})
+    try:
+        with open_store(store_url) as store:
+            assert poll(lambda: True if (r := store.get_run("w4")) is not None
+                        and r.status == "done" else None, within=120, pause=0.05,
+                        most=0.5), f"the worker never recovered w4: {err.read_text()}"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err.read_text()
+    assert "SIGTERM" in err.read_text(), err.read_text()
+    assert "1 recovered, 0 failed" in out.read_text(), out.read_text()
+    check_once(ledger, runs)
+    with open_store(store_url) as store:
+        for r in runs:
+            run = store.get_run(r)
+            assert run is not None and (run.status, run.attempts, run.name) == \
+                ("done", 2, w.NAME)

@@ -17,6 +17,9 @@ claimed.
     report = recover(OrderFlow)      # or: await arecover(OrderFlow)
     print(report)                    # 3 recovered, 0 failed, ...
 
+``remit worker --app myapp.flows:OrderFlow --store URL`` recovers them continuously
+(:func:`recoverable` is its entry point ``crewai.recover``).
+
 Plain flows (``@persist(RemitFlowPersistence...)`` without ``@durable``) keep no
 lifecycle: continuing one would run its completed methods again, so there is nothing a
 recovery could safely do with it.
@@ -24,10 +27,14 @@ recovery could safely do with it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from remit_core import ConsumeConflict, Store
+from crewai.flow.flow import Flow
+
+from remit_core import ConsumeConflict, RemitError, Store
 from remit_core.adapter import (
     DEFAULT_MAX_ATTEMPTS,
     RecoveryReport,
@@ -43,8 +50,8 @@ from remit_crewai.persistence import FRAMEWORK, RemitFlowPersistence
 
 
 def _flows(flow_class: Any, persistence: RemitFlowPersistence | None
-           ) -> tuple[Store, Callable[[], Any]]:
-    """The store the class's flows use, and how to make one of them."""
+           ) -> tuple[RemitFlowPersistence, Callable[[], Any]]:
+    """The backend the class's flows use, and how to make one of them."""
     if not isinstance(flow_class, type) or not flow_class.__dict__.get("__remit_durable__"):
         raise TypeError(
             f"recover() needs a @durable flow class, not {flow_class!r}: only @durable "
@@ -54,7 +61,7 @@ def _flows(flow_class: Any, persistence: RemitFlowPersistence | None
     def make() -> Any:
         return flow_class() if persistence is None else flow_class(persistence=persistence)
 
-    return persistence_of(make()).store, make
+    return persistence_of(make()), make
 
 
 def _held(exc: ConsumeConflict) -> bool:
@@ -67,24 +74,8 @@ def _within(store: Store) -> float:
     return 2 * store.lease
 
 
-def recover(flow_class: Any, *, name: str | None = None,
-            persistence: RemitFlowPersistence | None = None, limit: int | None = None,
-            concurrency: int = 1, retry_failed: bool = False,
-            max_attempts: int = DEFAULT_MAX_ATTEMPTS, owner: str | None = None,
-            lease: float | None = None) -> RecoveryReport:
-    """Continue the abandoned runs of the ``@durable`` flow class ``flow_class`` (its
-    lifecycle name, or ``name``) to their next end: ``flow_class().kickoff(inputs={"id":
-    flow_id})`` for each, ``concurrency`` at a time (threads), at most ``limit`` of them.
-
-    The flows use the class's persistence (``@persist(...)`` or CrewAI's default
-    factory), or ``persistence``, which each flow is then built with
-    (``flow_class(persistence=persistence)``). ``retry_failed`` also retries flows whose
-    last execution raised; flows stopped on an effect in doubt are continued once the
-    receipt is settled. A flow gets at most ``max_attempts`` executions (0: no bound).
-    ``owner`` names this recoverer in the store, ``lease`` its lease on each flow it
-    takes (default: the store's). Returns a :class:`~remit_core.adapter.RecoveryReport`."""
-    store, make = _flows(flow_class, persistence)
-
+def _kickoff(store: Store, make: Callable[[], Any]) -> Callable[[RunState], None]:
+    """How one abandoned flow is continued: a new flow kicked off under its id."""
     def resume(run: RunState) -> None:
         refused: list[ConsumeConflict] = []
 
@@ -101,20 +92,45 @@ def recover(flow_class: Any, *, name: str | None = None,
         if poll(attempt, within=_within(store), pause=0.01, most=0.25) is None:
             raise refused[-1]
 
-    return recover_runs(store, resume, framework=FRAMEWORK,
+    return resume
+
+
+def recover(flow_class: Any, *, name: str | None = None,
+            persistence: RemitFlowPersistence | None = None, limit: int | None = None,
+            concurrency: int = 1, retry_failed: bool = False,
+            max_attempts: int = DEFAULT_MAX_ATTEMPTS, owner: str | None = None,
+            lease: float | None = None, stop: threading.Event | None = None
+            ) -> RecoveryReport:
+    """Continue the abandoned runs of the ``@durable`` flow class ``flow_class`` (its
+    lifecycle name, or ``name``) to their next end: ``flow_class().kickoff(inputs={"id":
+    flow_id})`` for each, ``concurrency`` at a time (threads), at most ``limit`` of them.
+
+    The flows use the class's persistence (``@persist(...)`` or CrewAI's default
+    factory), or ``persistence``, which each flow is then built with
+    (``flow_class(persistence=persistence)``). ``retry_failed`` also retries flows whose
+    last execution raised; flows stopped on an effect in doubt are continued once the
+    receipt is settled. A flow gets at most ``max_attempts`` executions (0: no bound).
+    ``owner`` names this recoverer in the store, ``lease`` its lease on each flow it
+    takes (default: the store's). Once ``stop`` is set no further flow is taken (the
+    one being continued finishes). Returns a :class:`~remit_core.adapter.RecoveryReport`."""
+    backend, make = _flows(flow_class, persistence)
+    store = backend.store
+    return recover_runs(store, _kickoff(store, make), framework=FRAMEWORK,
                         name=name or class_name(flow_class), limit=limit,
                         concurrency=concurrency, owner=owner, lease=lease,
-                        retry_failed=retry_failed, max_attempts=max_attempts)
+                        retry_failed=retry_failed, max_attempts=max_attempts, stop=stop)
 
 
 async def arecover(flow_class: Any, *, name: str | None = None,
                    persistence: RemitFlowPersistence | None = None,
                    limit: int | None = None, concurrency: int = 1,
                    retry_failed: bool = False, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                   owner: str | None = None, lease: float | None = None) -> RecoveryReport:
+                   owner: str | None = None, lease: float | None = None,
+                   stop: threading.Event | None = None) -> RecoveryReport:
     """:func:`recover` with ``kickoff_async``, ``concurrency`` flows at a time as tasks of
     the running event loop."""
-    store, make = _flows(flow_class, persistence)
+    backend, make = _flows(flow_class, persistence)
+    store = backend.store
 
     async def resume(run: RunState) -> None:
         refused: list[ConsumeConflict] = []
@@ -135,7 +151,58 @@ async def arecover(flow_class: Any, *, name: str | None = None,
     return await arecover_runs(store, resume, framework=FRAMEWORK,
                                name=name or class_name(flow_class), limit=limit,
                                concurrency=concurrency, owner=owner, lease=lease,
-                               retry_failed=retry_failed, max_attempts=max_attempts)
+                               retry_failed=retry_failed, max_attempts=max_attempts,
+                               stop=stop)
 
 
-__all__ = ["RecoveryReport", "arecover", "recover"]
+@dataclass
+class FlowTarget:
+    """A ``@durable`` flow class as ``remit worker`` recovers it (:func:`recoverable`).
+
+    Its backend and flow factory are found once: a pass that finds nothing builds no
+    flow (CrewAI makes a state class per flow instance)."""
+
+    flow_class: Any
+    name: str
+    #: the backend the flows use: the one opened from the worker's --store URL (the
+    #: flows are built with it, ``FlowClass(persistence=...)``), else the class's own
+    backend: RemitFlowPersistence
+    make: Callable[[], Any]
+    framework: str = FRAMEWORK
+    #: whether ``backend`` was opened for the worker (close() closes it then)
+    opened: bool = False
+
+    def recover(self, *, limit: int | None, concurrency: int, retry_failed: bool,
+                max_attempts: int, owner: str, stop: threading.Event) -> RecoveryReport:
+        store = self.backend.store
+        return recover_runs(store, _kickoff(store, self.make), framework=FRAMEWORK,
+                            name=self.name, limit=limit, concurrency=concurrency,
+                            owner=owner, retry_failed=retry_failed,
+                            max_attempts=max_attempts, stop=stop)
+
+    def close(self) -> None:
+        if self.opened:
+            self.opened = False
+            self.backend.close()
+
+
+def recoverable(obj: Any, store_url: str | None) -> FlowTarget | None:
+    """``remit worker``'s entry point: a CrewAI ``Flow`` class becomes a target (it must
+    be ``@durable``, as for :func:`recover`); anything else is not this adapter's. With
+    ``store_url`` its flows are built with a :class:`RemitFlowPersistence` of that URL
+    (``FlowClass(persistence=...)``, closed by :meth:`FlowTarget.close`), else they use
+    the class's own persistence."""
+    if not (isinstance(obj, type) and issubclass(obj, Flow)):
+        return None
+    opened = None if store_url is None else RemitFlowPersistence.from_url(store_url)
+    try:
+        backend, make = _flows(obj, opened)  # @durable, and its flows have a remit backend
+    except (TypeError, RemitError) as exc:
+        if opened is not None:
+            opened.close()
+        raise RemitError(f"remit worker cannot recover the flow class "
+                         f"{obj.__module__}.{obj.__qualname__}: {exc}") from exc
+    return FlowTarget(obj, class_name(obj), backend, make, opened=opened is not None)
+
+
+__all__ = ["FlowTarget", "RecoveryReport", "arecover", "recover", "recoverable"]

@@ -28,7 +28,7 @@ from remit_pydantic_graph._compat import (  # first: the version guard
     PydanticGraphSeamError,
 )
 from remit_pydantic_graph.persistence import NodeStatusConflict, RemitStatePersistence
-from remit_pydantic_graph.recovery import RecoveryReport, arecover, recover
+from remit_pydantic_graph.recovery import GraphTarget, RecoveryReport, arecover, recover
 
 __version__ = "0.1.0"
 
@@ -37,6 +37,7 @@ __all__ = [
     "ConsumeConflict",
     "CorruptRecord",
     "EffectInDoubt",
+    "GraphTarget",
     "NodeStatusConflict",
     "PydanticGraphSeamError",
     "RecoveryReport",

@@ -16,19 +16,27 @@ receipts are recorded return them.
 
     report = recover(graph, "sqlite:///runs.db")   # or: await arecover(graph, ...)
     print(report)                                  # 3 recovered, 0 failed, ...
+
+``remit worker --app myapp.graphs:graph --store URL`` recovers them continuously
+(:func:`recoverable` is its entry point ``pydantic-graph.recover``). A pydantic-graph
+graph carries no store (each run is given its persistence), so the worker needs
+``--store``, or ``--app`` names a :class:`GraphTarget`, which carries the graph's store
+source (and its ``deps``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_graph.graph import Graph
 
-from remit_core import ConsumeConflict, Store
+from remit_core import ConsumeConflict, RemitError, Store
 from remit_core.adapter import (
     DEFAULT_MAX_ATTEMPTS,
     RecoveryReport,
@@ -147,7 +155,8 @@ def recover(graph: Graph[Any, Any, Any], persistence_for: PersistenceSource, *,
             name: str | None = None, deps: Any = None, limit: int | None = None,
             concurrency: int = 1, retry_failed: bool = False,
             max_attempts: int = DEFAULT_MAX_ATTEMPTS, owner: str | None = None,
-            lease: float | None = None) -> RecoveryReport:
+            lease: float | None = None, stop: threading.Event | None = None
+            ) -> RecoveryReport:
     """Continue the abandoned runs of ``graph`` (kept under its name, or ``name``) to their
     End: ``graph.iter_from_persistence(persistence, deps=deps)`` for each, iterated to
     the end, ``concurrency`` at a time (threads), at most ``limit`` of them.
@@ -167,7 +176,8 @@ def recover(graph: Graph[Any, Any, Any], persistence_for: PersistenceSource, *,
     again: the persistences are built with ``retry_errors=True``); runs that stopped on
     an effect in doubt are continued once the receipt is settled. A run gets at most
     ``max_attempts`` executions (0: no bound). ``owner`` names this recoverer in the store
-    and ``lease`` is its lease on the runs it takes (the store's by default). Returns a
+    and ``lease`` is its lease on the runs it takes (the store's by default). Once
+    ``stop`` is set no further run is taken (the ones being continued finish). Returns a
     :class:`~remit_core.adapter.RecoveryReport`."""
     _no_loop_here()
     run_name = _name(graph, name)
@@ -179,7 +189,7 @@ def recover(graph: Graph[Any, Any, Any], persistence_for: PersistenceSource, *,
     try:
         return recover_runs(source.store, resume, framework=FRAMEWORK, name=run_name,
                             limit=limit, concurrency=concurrency, owner=owner, lease=lease,
-                            retry_failed=retry_failed, max_attempts=max_attempts)
+                            retry_failed=retry_failed, max_attempts=max_attempts, stop=stop)
     finally:
         source.close()
 
@@ -188,7 +198,8 @@ async def arecover(graph: Graph[Any, Any, Any], persistence_for: PersistenceSour
                    name: str | None = None, deps: Any = None, limit: int | None = None,
                    concurrency: int = 1, retry_failed: bool = False,
                    max_attempts: int = DEFAULT_MAX_ATTEMPTS, owner: str | None = None,
-                   lease: float | None = None) -> RecoveryReport:
+                   lease: float | None = None, stop: threading.Event | None = None
+                   ) -> RecoveryReport:
     """:func:`recover` on the running event loop: ``concurrency`` runs at a time as its
     tasks (the store's calls run in threads, as the persistence's do)."""
     run_name = _name(graph, name)
@@ -201,9 +212,84 @@ async def arecover(graph: Graph[Any, Any, Any], persistence_for: PersistenceSour
         return await arecover_runs(source.store, resume, framework=FRAMEWORK, name=run_name,
                                    limit=limit, concurrency=concurrency, owner=owner,
                                    lease=lease, retry_failed=retry_failed,
-                                   max_attempts=max_attempts)
+                                   max_attempts=max_attempts, stop=stop)
     finally:
         source.close()
 
 
-__all__ = ["PersistenceSource", "RecoveryReport", "arecover", "recover"]
+@dataclass
+class GraphTarget:
+    """A graph and where its runs are, as ``remit worker`` recovers them.
+
+    ``persistence_for`` is what :func:`recover` takes (a store URL, a
+    :class:`~remit_core.Store` or a :class:`RemitStatePersistence`); ``deps`` goes to
+    ``iter_from_persistence``; ``name`` defaults to the graph's (as for :func:`recover`).
+    Name one in ``--app`` when the graph needs ``deps``, or to run ``remit worker``
+    without ``--store``; :func:`recoverable` makes one of a bare graph and the worker's
+    ``--store``. A ``--store`` given to the worker replaces ``persistence_for``.
+
+        target = GraphTarget(graph, "postgresql://app@db/app", deps=Deps(...))
+    """
+
+    graph: Graph[Any, Any, Any]
+    persistence_for: PersistenceSource | None = None
+    deps: Any = None
+    name: str = ""
+    framework: str = FRAMEWORK
+    #: the store of a URL ``persistence_for``, held from the first pass to close(): one
+    #: store (one connection pool) for every pass, not one opened per pass
+    _hold: StoreHold | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.name = _name(self.graph, self.name or None)
+
+    def recover(self, *, limit: int | None, concurrency: int, retry_failed: bool,
+                max_attempts: int, owner: str, stop: threading.Event) -> RecoveryReport:
+        source = self.persistence_for
+        if source is None:
+            raise RemitError(_needs_store(self.name))
+        if isinstance(source, str) and self._hold is None:
+            self._hold = hold_store(source)  # recover()'s own hold_store(url) shares it
+        return recover(self.graph, source, name=self.name, deps=self.deps, limit=limit,
+                       concurrency=concurrency, retry_failed=retry_failed,
+                       max_attempts=max_attempts, owner=owner, stop=stop)
+
+    def close(self) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.release()
+
+
+def _needs_store(name: str) -> str:
+    return (f"the pydantic-graph graph {name!r} carries no store (pydantic-graph gives "
+            "each run its persistence), so remit worker cannot know where its runs are: "
+            "run remit worker --store URL, or name a remit_pydantic_graph.GraphTarget"
+            "(graph, persistence_for) in --app")
+
+
+def recoverable(obj: Any, store_url: str | None) -> GraphTarget | None:
+    """``remit worker``'s entry point: a ``pydantic_graph.Graph`` or a
+    :class:`GraphTarget` becomes a target; anything else is not this adapter's.
+
+    A bare graph needs ``store_url`` (its runs are recovered from that store; without it
+    a :class:`~remit_core.RemitError` says to pass ``remit worker --store URL``). A
+    :class:`GraphTarget` is recovered from its own ``persistence_for``, or from
+    ``store_url`` when one is given."""
+    if isinstance(obj, GraphTarget):
+        if store_url is None:
+            if obj.persistence_for is None:
+                raise RemitError(_needs_store(obj.name))
+            return obj
+        target = dataclasses.replace(obj, persistence_for=store_url)
+    elif isinstance(obj, Graph):
+        if store_url is None:
+            raise RemitError(_needs_store(_name(obj, None)))
+        target = GraphTarget(obj, store_url)
+    else:
+        return None
+    target._hold = hold_store(store_url)  # opened now: a bad URL stops the worker at start
+    return target
+
+
+__all__ = ["GraphTarget", "PersistenceSource", "RecoveryReport", "arecover", "recover",
+           "recoverable"]
