@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -96,8 +97,17 @@ def ending(exc: BaseException | None, waiting: Any = None, *, parked: bool = Fal
 
 # ================================================================================= keeping
 
-# the runs this context recovers: run id -> the start that took it (its owner and fence)
-_taken: contextvars.ContextVar[dict[str, RunStart] | None] = contextvars.ContextVar(
+@dataclass
+class _Taken:
+    """A run a recoverer took, as the context continuing it knows it."""
+
+    start: RunStart
+    #: the adapter's keeper recorded the run's end (the recoverer need not)
+    ended: bool = False
+
+
+# the runs this context recovers: run id -> what took it (its owner and fence)
+_taken: contextvars.ContextVar[dict[str, _Taken] | None] = contextvars.ContextVar(
     "remit_recovering", default=None)
 
 
@@ -106,17 +116,25 @@ def recovering(start: RunStart) -> Iterator[None]:
     """The block continues the run ``start`` took: :func:`keep_run` of that run inside it
     is the recoverer's execution (its owner and fence), not a new start."""
     assert start.run is not None
-    token = _taken.set({**(_taken.get() or {}), start.run.run_id: start})
+    token = _taken.set({**(_taken.get() or {}), start.run.run_id: _Taken(start)})
     try:
         yield
     finally:
         _taken.reset(token)
 
 
+def taken_record(start: RunStart) -> _Taken:
+    assert start.run is not None
+    held = _taken.get()
+    assert held is not None
+    return held[start.run.run_id]
+
+
 def taken(run_id: str) -> RunStart | None:
     """The recovery of ``run_id`` this context runs, if any."""
     held = _taken.get()
-    return None if held is None else held.get(run_id)
+    found = None if held is None else held.get(run_id)
+    return None if found is None else found.start
 
 
 @dataclass
@@ -133,6 +151,7 @@ class RunKeeper:
     start: RunStart
     owner: str
     recovered: bool = False
+    _recovery: _Taken | None = None
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _ended: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -173,6 +192,8 @@ class RunKeeper:
                         "one (%s) recorded its end (%s); that one's record stands",
                         self.run_id, self.owner, status)
             return None
+        if self._recovery is not None:
+            self._recovery.ended = True
         return status
 
     def _record(self, status: RunEnd, detail: Any) -> bool:
@@ -207,12 +228,18 @@ def keep_run(store: Store, run_id: str, *, framework: str, name: str) -> RunKeep
     starts the run (a new one, or one parked, done or failed before) with a new owner
     and renews its lease every third of it, or takes over a run whose executor's lease
     expired (logged with both owners)."""
-    recovery = taken(run_id)
-    owner = recovery.run.owner if recovery is not None and recovery.run is not None \
-        else new_owner()
-    assert owner is not None
+    held = _taken.get()
+    recovery = None if held is None else held.get(run_id)
+    if recovery is not None and recovery.start.run is not None:
+        # the recoverer took the run in this context: its execution, under its owner and
+        # fence, renewed by the recoverer (no round trip to find that out again)
+        run = recovery.start.run
+        assert run.owner is not None
+        return RunKeeper(store, run_id, RunStart("reentered", run), run.owner,
+                         recovered=True, _recovery=recovery)
+    owner = new_owner()
     start = store.start_run(run_id, framework=framework, name=name, owner=owner)
-    keeper = RunKeeper(store, run_id, start, owner, recovered=recovery is not None)
+    keeper = RunKeeper(store, run_id, start, owner)
     if start.outcome == "taken_over":
         log.warning("remit: run %s: %s takes over from %s, whose lease expired", run_id,
                     owner, start.previous_owner)
@@ -220,7 +247,7 @@ def keep_run(store: Store, run_id: str, *, framework: str, name: str) -> RunKeep
         log.info("remit: run %s is being executed by %s (lease live); this execution is "
                  "not recorded in its lifecycle", run_id,
                  start.run.owner if start.run else "?")
-    if start.owns and not (recovery is not None and start.outcome == "reentered"):
+    if start.owns:
         keeper._stack.enter_context(store.keep_alive(functools.partial(
             store.renew_run, run_id, owner=owner, fence=keeper.fence)))
     return keeper
@@ -323,16 +350,17 @@ def _take(p: _Pass, run: RunState, attention: bool, report: RecoveryReport) -> R
     return start
 
 
-def _settle(p: _Pass, start: RunStart, exc: BaseException | None,
+def _settle(p: _Pass, start: RunStart, exc: BaseException | None, ended: bool,
             report: RecoveryReport) -> None:
-    """Record the outcome of one continued run (the adapter's keeper recorded the run's
-    end already when the execution got that far: then this one is refused, harmlessly)."""
+    """Record the outcome of one continued run, unless the adapter's keeper recorded the
+    run's end already (``ended``: the execution got that far)."""
     assert start.run is not None
     run_id = start.run.run_id
     status, detail = ending(exc)
-    with contextlib.suppress(RemitError):
-        p.store.end_run(run_id, owner=p.owner, fence=start.run.fence, status=status,
-                        waiting=detail, error=detail)
+    if not ended:
+        with contextlib.suppress(RemitError):
+            p.store.end_run(run_id, owner=p.owner, fence=start.run.fence, status=status,
+                            waiting=detail, error=detail)
     if exc is None:
         report.recovered.append(run_id)
         log.info("remit: recovered run %s (%s %s)", run_id, start.run.framework, start.run.name)
@@ -363,11 +391,12 @@ def _one(p: _Pass, run: RunState, attention: bool, resume: Callable[[RunState], 
     assert start.run is not None
     exc: BaseException | None = None
     with _renewing(p, start), recovering(start):
+        held = taken_record(start)
         try:
             resume(start.run)
         except Exception as e:  # the run's failure is reported, not the pass's
             exc = e
-    _settle(p, start, exc, report)
+    _settle(p, start, exc, held.ended, report)
     return report
 
 
@@ -382,11 +411,12 @@ async def _aone(p: _Pass, run: RunState, attention: bool,
     assert start.run is not None
     exc: BaseException | None = None
     with _renewing(p, start), recovering(start):
+        held = taken_record(start)
         try:
             await resume(start.run)
         except Exception as e:
             exc = e
-    await asyncio.to_thread(_settle, p, start, exc, report)
+    await asyncio.to_thread(_settle, p, start, exc, held.ended, report)
     return report
 
 
@@ -472,6 +502,10 @@ async def arecover_runs(store: Store, resume: Callable[[RunState], Awaitable[Any
 
 def _trim(found: list[tuple[RunState, bool]], seen: set[str], limit: int | None
           ) -> list[tuple[RunState, bool]]:
+    """The runs of ``found`` not tried yet, at most up to ``limit`` tried in all, in a
+    random order: recoverers that list the same page do not all race for its first run
+    (each run still goes to exactly one of them, whatever the order)."""
+    found = random.sample(found, len(found))
     batch: list[tuple[RunState, bool]] = []
     for run, attention in found:
         if run.run_id in seen or (limit is not None and len(seen) >= limit):
