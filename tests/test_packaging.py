@@ -119,14 +119,15 @@ def test_runtime_wheels_hold_no_check_harness(built: Path, dist: str) -> None:
 
 
 def test_adapters_register_their_parts(built: Path) -> None:
-    """Each adapter wheel declares its migrate command, its checks and its fixtures in the
-    group remit.adapters; remit-core declares none, and remit-check the pytest plugin."""
+    """Each adapter wheel declares its migrate command, its checks, its fixtures and its
+    recovery targets (remit worker) in the group remit.adapters; remit-core declares
+    none, and remit-check the pytest plugin."""
     for dist, name in (("remit_langgraph", "langgraph"), ("remit_crewai", "crewai"),
                        ("remit_pydantic_graph", "pydantic-graph")):
         with _wheel(built, dist) as zf:
             declared = _entry_points(zf)
         assert "[remit.adapters]" in declared, declared
-        for part in ("migrate", "check", "pytest"):
+        for part in ("migrate", "check", "pytest", "recover"):
             assert f"{name}.{part} = " in declared, declared
     with _wheel(built, "remit_core") as zf:
         assert _entry_points(zf).strip() == "[console_scripts]\nremit = remit_core.cli:main"
