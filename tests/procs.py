@@ -24,7 +24,9 @@ PRELOAD = [
     "tests.langgraph.lg_more_workers",
     "tests.langgraph.lg_recovery_workers",
     "tests.crewai.cw_flows",
+    "tests.crewai.cw_recovery_workers",
     "tests.pydantic_graph.pg_workers",
+    "tests.pydantic_graph.pg_recovery_workers",
 ]
 
 

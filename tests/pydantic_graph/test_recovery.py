@@ -19,7 +19,6 @@ exactly once.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
 import os
 import signal
 import subprocess
@@ -50,10 +49,11 @@ from remit_pydantic_graph import (
 )
 from remit_pydantic_graph.persistence import _Executions, graph_name
 from remit_pydantic_graph.recovery import recoverable
+from tests import procs
 from tests.pydantic_graph import pg_recovery_workers as w
 from tests.test_races import drain, join_all
 
-CTX = mp.get_context("spawn")
+CTX = procs.CTX
 
 
 # =================================================================== the lifecycle, in process
