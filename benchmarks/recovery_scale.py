@@ -208,7 +208,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=32)
     ap.add_argument("--kill", type=int, default=4)
     ap.add_argument("--producers", type=int, default=4)
-    ap.add_argument("--lease", type=float, default=5.0,
+    ap.add_argument("--lease", type=float, default=30.0,
                     help="the producers' and the workers' lease (seconds)")
     args = ap.parse_args()
     CTX.set_forkserver_preload(["recovery_scale", "remit_langgraph", "langgraph.graph"])
