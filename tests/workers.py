@@ -184,3 +184,21 @@ def recover_racer(url: str, runs: list[str], barrier: Any, results: Any, broken:
                 results.put((run, os.getpid(), store.recover_run(run, owner=owner).outcome))
     finally:
         store.close()
+
+
+def break_recovery(store: Any) -> None:
+    """REMIT_TEST_BREAK=recovery: the protection off in a recoverer. It decides by a read
+    that a run is abandoned and goes on with it (check-then-act), without the atomic take
+    of ``Store.recover_run``, so that k recoverers can all continue one run."""
+    import dataclasses
+
+    from remit_core.adapter import RunStart
+
+    def by_a_read(run_id: str, *, owner: str, **kwargs: Any) -> RunStart:
+        seen = store.get_run(run_id)
+        if seen is None or seen.status != "abandoned":
+            return RunStart("not_abandoned", seen)
+        return RunStart("taken_over", dataclasses.replace(seen, owner=owner,
+                                                          status="running"))
+
+    store.recover_run = by_a_read

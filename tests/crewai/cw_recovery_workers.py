@@ -16,7 +16,6 @@ one line, so the counts survive SIGKILL.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import os
 import threading
@@ -31,10 +30,9 @@ from crewai.flow.persistence import persist
 from pydantic import BaseModel
 
 from remit_check.crewai.flows import Park
-from remit_core.adapter import RunStart
 from remit_crewai import RemitFlowPersistence, arecover, durable, effect, recover
 from tests.crewai import _env  # noqa: F401  (before crewai)
-from tests.workers import note
+from tests.workers import break_recovery, note
 
 NAME = "RecoveryFlow"
 #: the lease of the executors that die: their flows read as abandoned a second later
@@ -212,17 +210,8 @@ def recoverer(url: str, barrier: Any, results: Any, api: str, broken: bool) -> N
     whether a run is abandoned and takes it without the atomic recovery."""
     flow = recovery_flow(url)
     if broken:
-        store = RemitFlowPersistence.from_url(url).store  # the store the flows use
-
-        def by_a_read(run_id: str, *, owner: str, **kwargs: Any) -> RunStart:
-            # check-then-act: it looked abandoned, so this recoverer goes on with it
-            seen = store.get_run(run_id)
-            if seen is None or seen.status != "abandoned":
-                return RunStart("not_abandoned", seen)
-            return RunStart("taken_over", dataclasses.replace(
-                seen, owner=owner, status="running"))
-
-        store.recover_run = by_a_read  # type: ignore[method-assign]
+        # the store the flows use
+        break_recovery(RemitFlowPersistence.from_url(url).store)
     barrier.wait()
     report = asyncio.run(arecover(flow)) if api == "kickoff_async" else recover(flow)
     results.put((os.getpid(), sorted(report.recovered), sorted(report.failed),

@@ -9,7 +9,6 @@ call appends one line, so counts survive SIGKILL.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -19,9 +18,9 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from remit_core.adapter import RunStart, poll
+from remit_core.adapter import poll
 from remit_langgraph import RemitSaver, arecover, effect, recover
-from tests.workers import note
+from tests.workers import break_recovery, note
 
 NAME = "recovery-graph"
 #: the lease of the executors that die: their threads read as abandoned a second later
@@ -150,7 +149,7 @@ def recoverer(url: str, ledger: str, barrier: Any, results: Any, api: str,
     whether a run is abandoned and takes it without the atomic recovery."""
     with RemitSaver.from_conn_string(url) as saver:
         if broken:
-            _break_recovery(saver.store)
+            break_recovery(saver.store)
         graph = app(saver, ledger)
         barrier.wait()
         report = asyncio.run(arecover(graph)) if api == "ainvoke" else recover(graph)
@@ -174,7 +173,7 @@ def chaos_recoverer(url: str, ledger: str, threads: list[str], barrier: Any, res
     _stop_in_c = stop_dying if die else (lambda thread: killed.wait(120))
     with RemitSaver.from_conn_string(url, lease=LEASE) as saver:
         if broken:
-            _break_recovery(saver.store)
+            break_recovery(saver.store)
         graph = app(saver, ledger)
         store = saver.store
         barrier.wait()
@@ -194,16 +193,3 @@ def chaos_recoverer(url: str, ledger: str, threads: list[str], barrier: Any, res
             if step != "work":
                 break
         results.put((os.getpid(), sorted(recovered), step))
-
-
-def _break_recovery(store: Any) -> None:
-    """The protection off: a recoverer decides by a read that a run is abandoned and goes
-    on with it, without the atomic take."""
-    def by_a_read(run_id: str, *, owner: str, **kwargs: Any) -> RunStart:
-        seen = store.get_run(run_id)
-        if seen is None or seen.status != "abandoned":
-            return RunStart("not_abandoned", seen)
-        return RunStart("taken_over", dataclasses.replace(seen, owner=owner,
-                                                          status="running"))
-
-    store.recover_run = by_a_read

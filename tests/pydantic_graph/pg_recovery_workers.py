@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import threading
 from dataclasses import dataclass, field
@@ -26,9 +25,8 @@ from pydantic_graph import BaseNode, End, GraphRunContext
 from pydantic_graph.graph import Graph
 
 from remit_core import open_store
-from remit_core.adapter import RunStart
 from remit_pydantic_graph import GraphTarget, RemitStatePersistence, arecover, effect, recover
-from tests.workers import note
+from tests.workers import break_recovery, note
 
 NAME = "pg-recovery"
 #: the lease of the executors that die: their runs read as abandoned a second later
@@ -170,14 +168,7 @@ def recoverer(url: str, barrier: Any, results: Any, api: str) -> None:
     store = open_store(url)
     try:
         if BROKEN:
-            def by_a_read(run_id: str, *, owner: str, **kwargs: Any) -> RunStart:
-                seen = store.get_run(run_id)
-                if seen is None or seen.status != "abandoned":
-                    return RunStart("not_abandoned", seen)
-                return RunStart("taken_over", dataclasses.replace(
-                    seen, owner=owner, status="running"))
-
-            store.recover_run = by_a_read  # type: ignore[method-assign]
+            break_recovery(store)
         barrier.wait()
         report = recover(graph, store) if api == "recover" else \
             asyncio.run(arecover(graph, store))
