@@ -239,3 +239,39 @@ def test_the_worker_names_what_it_cannot_recover(capsys: pytest.CaptureFixture[s
     assert main(["worker", "--app", "tests.langgraph.lg_recovery_workers:NAME",
                  "--once"]) == 1
     assert "no installed adapter recovers builtins.str" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_recoverers_killed_while_recovering_leave_their_threads_to_the_others(
+        store_url: str, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    threads = [f"x{i:02d}" for i in range(16)]
+    kill_in_c(store_url, ledger, threads)
+    k, dying = 8, 2
+    barrier, results, kills, killed = CTX.Barrier(k), CTX.Queue(), CTX.Queue(), CTX.Event()
+    procs = [CTX.Process(target=w.chaos_recoverer,
+                         args=(store_url, str(ledger), threads, barrier, results, kills,
+                               killed, i < dying, BREAK == "recovery"))
+             for i in range(k)]
+    for p in procs:
+        p.start()
+    victims = drain(kills, dying)  # (pid, the thread it is inside node c of)
+    for pid, _ in victims:
+        os.kill(pid, signal.SIGKILL)
+    killed.set()
+    reports = drain(results, k - dying, timeout=240)
+    for p in procs:
+        p.join(60)
+    assert sorted(p.exitcode for p in procs) == [-signal.SIGKILL] * dying + [0] * (k - dying)
+    assert all(step == "all done" for _, _, step in reports), reports
+    recovered = Counter(t for _, done, _ in reports for t in done)
+    assert recovered == Counter({t: 1 for t in threads}), recovered
+    cut_short = {t for _, t in victims}
+    lines = ledger_lines(ledger)
+    counts = Counter(" ".join(line.split()[:3]) for line in lines)
+    for t in threads:
+        assert counts[f"effect charge {t}"] == 1, lines
+        assert (counts[f"enter a {t}"], counts[f"enter b {t}"]) == (1, 1), lines
+        # c: the killed executor, the killed recoverer (for the threads it was in), the
+        # recoverer that finished it
+        assert counts[f"enter c {t}"] == (3 if t in cut_short else 2), lines
