@@ -268,11 +268,7 @@ def _worker(args: argparse.Namespace) -> int:
             worker.run()
     finally:
         worker.close()
-    r = worker.totals.report
-    print(f"remit worker {worker.owner}: {worker.totals.passes} passes, "
-          f"{len(r.recovered)} recovered, {len(r.failed)} failed, "
-          f"{len(r.attention)} need attention, {len(r.skipped)} skipped, "
-          f"{len(r.exhausted)} exhausted", flush=True)
+    print(f"remit worker {worker.owner}: {worker.totals}", flush=True)
     return 0
 
 

@@ -112,29 +112,17 @@ _taken: contextvars.ContextVar[dict[str, _Taken] | None] = contextvars.ContextVa
 
 
 @contextlib.contextmanager
-def recovering(start: RunStart) -> Iterator[None]:
+def recovering(start: RunStart) -> Iterator[_Taken]:
     """The block continues the run ``start`` took: :func:`keep_run` of that run inside it
-    is the recoverer's execution (its owner and fence), not a new start."""
+    is the recoverer's execution (its owner and fence), not a new start. Yields the
+    record of it, whose ``ended`` says whether that execution recorded the run's end."""
     assert start.run is not None
-    token = _taken.set({**(_taken.get() or {}), start.run.run_id: _Taken(start)})
+    held = _Taken(start)
+    token = _taken.set({**(_taken.get() or {}), start.run.run_id: held})
     try:
-        yield
+        yield held
     finally:
         _taken.reset(token)
-
-
-def taken_record(start: RunStart) -> _Taken:
-    assert start.run is not None
-    held = _taken.get()
-    assert held is not None
-    return held[start.run.run_id]
-
-
-def taken(run_id: str) -> RunStart | None:
-    """The recovery of ``run_id`` this context runs, if any."""
-    held = _taken.get()
-    found = None if held is None else held.get(run_id)
-    return None if found is None else found.start
 
 
 @dataclass
@@ -150,7 +138,7 @@ class RunKeeper:
     run_id: str
     start: RunStart
     owner: str
-    recovered: bool = False
+    #: set when this is the execution a recoverer continues (:func:`recovering`)
     _recovery: _Taken | None = None
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _ended: bool = False
@@ -159,6 +147,11 @@ class RunKeeper:
     @property
     def owns(self) -> bool:
         return self.start.owns
+
+    @property
+    def recovered(self) -> bool:
+        """This is the execution a recoverer continues."""
+        return self._recovery is not None
 
     @property
     def fence(self) -> int:
@@ -236,7 +229,7 @@ def keep_run(store: Store, run_id: str, *, framework: str, name: str) -> RunKeep
         run = recovery.start.run
         assert run.owner is not None
         return RunKeeper(store, run_id, RunStart("reentered", run), run.owner,
-                         recovered=True, _recovery=recovery)
+                         _recovery=recovery)
     owner = new_owner()
     start = store.start_run(run_id, framework=framework, name=name, owner=owner)
     keeper = RunKeeper(store, run_id, start, owner)
@@ -390,8 +383,7 @@ def _one(p: _Pass, run: RunState, attention: bool, resume: Callable[[RunState], 
         return report
     assert start.run is not None
     exc: BaseException | None = None
-    with _renewing(p, start), recovering(start):
-        held = taken_record(start)
+    with _renewing(p, start), recovering(start) as held:
         try:
             resume(start.run)
         except Exception as e:  # the run's failure is reported, not the pass's
@@ -410,8 +402,7 @@ async def _aone(p: _Pass, run: RunState, attention: bool,
         return report
     assert start.run is not None
     exc: BaseException | None = None
-    with _renewing(p, start), recovering(start):
-        held = taken_record(start)
+    with _renewing(p, start), recovering(start) as held:
         try:
             await resume(start.run)
         except Exception as e:
@@ -527,5 +518,4 @@ __all__ = [
     "keep_run",
     "recover_runs",
     "recovering",
-    "taken",
 ]

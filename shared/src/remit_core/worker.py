@@ -126,7 +126,7 @@ class Totals:
     report: RecoveryReport = field(default_factory=RecoveryReport)
 
     def __str__(self) -> str:
-        return f"{self.passes} passes: {self.report}"
+        return f"{self.passes} passes, {self.report}"
 
 
 @dataclass
