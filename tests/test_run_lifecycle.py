@@ -275,6 +275,34 @@ def test_eight_recoverers_race_and_one_takes_each_run(store_url: str) -> None:
             assert state is not None and state.fence == 2 and state.status == "running"
 
 
+def test_eight_recoverers_take_batches_and_each_run_goes_to_one(store_url: str) -> None:
+    """Eight processes take the same 200 abandoned runs, 7 at a time, until none is
+    left (``Store.take_runs``): every run is taken by exactly one of them, none is left."""
+    k, n = 8, 200
+    framework = f"fw-{os.urandom(4).hex()}"
+    runs = [run_id("batch") for _ in range(n)]
+    with open_store(store_url) as s:
+        for run in runs:
+            s.start_run(run, framework=framework, name="g", owner=new_owner(), lease=EXPIRED)
+    barrier, results = CTX.Barrier(k), CTX.Queue()
+    procs = [CTX.Process(target=workers.batch_taker,
+                         args=(store_url, framework, 7, barrier, results, BREAK == "runs"))
+             for _ in range(k)]
+    for p in procs:
+        p.start()
+    got = drain(results, k)
+    join_all(procs)
+    taken = Counter(run for _, ids in got for run in ids)
+    twice = {run: c for run, c in taken.items() if c > 1}
+    assert not twice, f"{len(twice)} runs taken by more than one recoverer"
+    assert set(taken) == set(runs)
+    with open_store(store_url) as s:
+        assert s.take_runs(framework=framework, owner=new_owner(), limit=10) == []
+        states = [s.get_run(run) for run in runs]
+        assert all(st is not None and st.status == "running" and st.fence == 2
+                   for st in states)
+
+
 def test_a_store_of_the_older_layout_is_read_without_lifecycles_then_upgraded(
         tmp_path: Any) -> None:
     """A store written before the lifecycle existed: ``remit inspect`` (read-only) lists

@@ -1369,3 +1369,41 @@ def test_runs_decide_as_the_pure_functions(store: Store) -> None:
     of remit_core.store.decisions, on every stored record and request."""
     n = check_all(store, list(stored_runs()), list(run_requests(store)), kind="run")
     assert n == 7 * 60
+
+
+#: the recoveries of a batch take (it retakes no stored status): attempts unbounded, left
+#: (the stored runs have had 3) and spent
+TAKES = [Recovery(), Recovery((), 5, None), Recovery((), 3, b"\x01spent")]
+
+
+def test_a_batch_take_decides_each_run_as_the_pure_function(store: Store) -> None:
+    """``Store.take_runs`` (the Redis one in Lua) takes a run exactly where
+    decisions.start_run, recovering, takes it over or records it exhausted, and leaves it
+    as that decision does; every other run (live, parked, finished, the caller's own) it
+    passes over untouched. Each case is a framework of its own, so a take sees its run
+    only."""
+    read = read_raw(store, "run")
+    failures: list[str] = []
+    n = took = 0
+    for make, recovery, owner in itertools.product(stored_runs(), TAKES, ["a", "b"]):
+        n += 1
+        key, framework = f"r-{uuid.uuid4().hex[:10]}", f"fw-{uuid.uuid4().hex[:8]}"
+        made = make(key, time.time())
+        row = None if made is None else dataclasses.replace(made, framework=framework)
+        cur = store_raw(store, key, row, kind="run")
+        if isinstance(store, RedisStore) and row is not None and row.status == "running":
+            store._redis.zadd(store._k.lcl, {key: row.lease_until})  # as the scripts index it
+        want = decisions.start_run(cur, run_id=key, framework="", name="", owner=owner,
+                                   lease=LEASE, recovery=recovery, now=time.time())
+        takes = want.outcome in ("taken_over", "exhausted") and want.write == "update"
+        took += takes
+        got = store._take_runs(framework, None, owner, LEASE, recovery, 3)
+        returned_ok = (len(got) == 1 and got[0][0] == want.outcome
+                       and alike(got[0][1], want.row)) if takes else got == []
+        left = read(key)
+        if not returned_ok or not alike(left, left_stored(cur, want) if takes else cur):
+            failures.append(f"take by {owner} {recovery} on {cur}:\n  backend: {got}, "
+                            f"stored {left}\n  decided: {want}")
+    assert not failures, f"{len(failures)} of {n} cases differ:\n" + "\n".join(failures[:5])
+    # an expired run of another owner, under each recovery: two taken over, one exhausted
+    assert (n, took) == (7 * 3 * 2, 3)

@@ -186,10 +186,32 @@ def recover_racer(url: str, runs: list[str], barrier: Any, results: Any, broken:
         store.close()
 
 
+def batch_taker(url: str, framework: str, limit: int, barrier: Any, results: Any,
+                broken: bool) -> None:
+    """Take the abandoned runs of ``framework``, ``limit`` at a time, until none is left,
+    released with the other takers by the barrier; put (pid, [run ids taken]).
+
+    ``broken`` switches the protection off: the runs listed as abandoned are taken by a
+    read (check-then-act), to show that the test can fail."""
+    store = open_store(url)
+    try:
+        if broken:
+            break_recovery(store)
+        owner, taken = new_owner(), []
+        barrier.wait()
+        while batch := store.take_runs(framework=framework, owner=owner, limit=limit,
+                                       lease=600.0):
+            taken += [start.run.run_id for start in batch if start.run is not None]
+        results.put((os.getpid(), taken))
+    finally:
+        store.close()
+
+
 def break_recovery(store: Any) -> None:
-    """REMIT_TEST_BREAK=recovery: the protection off in a recoverer. It decides by a read
-    that a run is abandoned and goes on with it (check-then-act), without the atomic take
-    of ``Store.recover_run``, so that k recoverers can all continue one run."""
+    """REMIT_TEST_BREAK=recovery (and =runs in the store's race): the protection off in a
+    recoverer. It decides by a read that a run is abandoned and goes on with it
+    (check-then-act), without the atomic take of ``Store.recover_run`` or
+    ``Store.take_runs``, so that k recoverers can all continue one run."""
     import dataclasses
 
     from remit_core.adapter import RunStart
@@ -201,4 +223,17 @@ def break_recovery(store: Any) -> None:
         return RunStart("taken_over", dataclasses.replace(seen, owner=owner,
                                                           status="running"))
 
+    listed: set[str] = set()  # (a read does not change what the next one lists)
+
+    def listed_by_a_read(*, framework: str, owner: str, limit: int, name: str | None = None,
+                         **kwargs: Any) -> list[RunStart]:
+        found = [info.lifecycle for info in store.list_runs(
+            status="abandoned", framework=framework, name=name, limit=limit + len(listed))
+            if info.lifecycle is not None and info.run_id not in listed][:limit]
+        listed.update(run.run_id for run in found)
+        return [RunStart("taken_over", dataclasses.replace(run, owner=owner,
+                                                           status="running"))
+                for run in found]
+
     store.recover_run = by_a_read
+    store.take_runs = listed_by_a_read

@@ -9,11 +9,14 @@ Two halves, written once here for every adapter:
   is ``parked`` (what it waits for), ``done``, ``failed`` (the error's type and
   message) or ``needs-attention`` (an effect in doubt: its receipt key). How an
   exception maps to an end is decided once, in :func:`ending`.
-* **Recovering** (:func:`recover_runs`, :func:`arecover_runs`): find the abandoned runs
-  of one framework (and one graph or flow name), take each with
-  :meth:`Store.recover_run <remit_core.store.Store.recover_run>` (of k recoverers racing,
-  across processes and hosts, exactly one takes a run) and continue it the framework's
-  own way through the ``resume`` the adapter gives. The execution it starts is the
+* **Recovering** (:func:`recover_runs`, :func:`arecover_runs`): take the abandoned runs
+  of one framework (and one graph or flow name) a batch at a time with
+  :meth:`Store.take_runs <remit_core.store.Store.take_runs>` (of k recoverers taking at
+  once, across processes and hosts, exactly one takes a run, and none waits for or
+  races over a run another is taking) and continue each the framework's own way
+  through the ``resume`` the adapter gives. Failed runs (when retrying) and runs whose
+  in-doubt effect was settled are listed and taken one by one
+  (:meth:`Store.recover_run <remit_core.store.Store.recover_run>`). The execution it starts is the
   recoverer's own: :func:`keep_run` inside ``resume`` finds the run taken in this
   context and continues under the recoverer's owner and fence instead of starting over.
   A :class:`RecoveryReport` says what happened to each run.
@@ -310,13 +313,12 @@ def _settled(store: Store, run: RunState) -> bool:
     return receipt is None or receipt.status == "completed"
 
 
-def _candidates(p: _Pass, seen: set[str]) -> list[tuple[RunState, bool]]:
-    """The next runs to try: abandoned ones (and failed ones when retrying), then those
-    needing attention whose receipt was settled; none already tried in this pass."""
+def _listed(p: _Pass, seen: set[str]) -> list[tuple[RunState, bool]]:
+    """The runs a pass takes one by one, after the abandoned ones: failed ones when
+    retrying, then those needing attention whose receipt was settled; none already tried
+    in this pass. (A pass retries a run once: a run that failed again stays failed.)"""
     found: list[tuple[RunState, bool]] = []
-    statuses = ["abandoned", "failed", "needs-attention"] if p.retry_failed else \
-        ["abandoned", "needs-attention"]
-    for status in statuses:
+    for status in ["failed", "needs-attention"] if p.retry_failed else ["needs-attention"]:
         for info in p.store.list_runs(status=status,  # type: ignore[arg-type]
                                       framework=p.framework, name=p.name, limit=p.page):
             run = info.lifecycle
@@ -328,19 +330,62 @@ def _candidates(p: _Pass, seen: set[str]) -> list[tuple[RunState, bool]]:
     return found
 
 
+def _exhausted(run: RunState, report: RecoveryReport) -> None:
+    report.exhausted.append(run.run_id)
+    log.warning("remit: run %s (%s %s) is not recovered again: it had %d executions "
+                "(max_attempts)", run.run_id, run.framework, run.name, run.attempts)
+
+
+def _batch(p: _Pass, n: int, report: RecoveryReport) -> list[RunStart]:
+    """Take up to ``n`` abandoned runs at once (:meth:`Store.take_runs`: the runs other
+    recoverers are taking are passed over, not raced for); those whose attempts were
+    spent are reported exhausted."""
+    taken = []
+    for start in p.store.take_runs(framework=p.framework, name=p.name, owner=p.owner,
+                                   limit=n, lease=p.lease, max_attempts=p.max_attempts):
+        if start.outcome == "exhausted" and start.run is not None:
+            _exhausted(start.run, report)
+        elif start.owns and start.run is not None:
+            taken.append(start)
+    return taken
+
+
 def _take(p: _Pass, run: RunState, attention: bool, report: RecoveryReport) -> RunStart | None:
     start = p.store.recover_run(run.run_id, owner=p.owner, lease=p.lease,
                                 retry_failed=p.retry_failed, attention=attention,
                                 max_attempts=p.max_attempts)
     if start.outcome == "exhausted":
-        report.exhausted.append(run.run_id)
-        log.warning("remit: run %s (%s %s) is not recovered again: it had %d executions "
-                    "(max_attempts)", run.run_id, run.framework, run.name, run.attempts)
+        _exhausted(run, report)
         return None
     if not start.owns or start.run is None:
         report.skipped.append(run.run_id)
         return None
     return start
+
+
+#: what a pass continues next: a run it took in a batch, or a listed one it takes itself
+_Next = RunStart | tuple[RunState, bool]
+
+
+def _next(p: _Pass, seen: set[str], limit: int | None, n: int, report: RecoveryReport
+          ) -> list[_Next]:
+    """The next at most ``n`` runs to continue (fewer when ``limit`` is near): abandoned
+    ones taken in one batch, else the listed ones (:func:`_listed`) in a random order, so
+    that recoverers listing the same runs do not all race for the first one."""
+    if p.stop is not None and p.stop.is_set():
+        return []
+    if limit is not None:
+        n = min(n, limit - len(seen))
+    if n < 1:
+        return []
+    taken = _batch(p, n, report)
+    if taken:
+        seen.update(start.run.run_id for start in taken if start.run is not None)
+        return list(taken)
+    listed = _listed(p, seen)
+    batch = random.sample(listed, len(listed))[:n]
+    seen.update(run.run_id for run, _ in batch)
+    return list(batch)
 
 
 def _settle(p: _Pass, start: RunStart, exc: BaseException | None, ended: bool,
@@ -373,12 +418,9 @@ def _renewing(p: _Pass, start: RunStart) -> contextlib.AbstractContextManager[No
         lease=p.lease)
 
 
-def _one(p: _Pass, run: RunState, attention: bool, resume: Callable[[RunState], Any]
-         ) -> RecoveryReport:
+def _one(p: _Pass, item: _Next, resume: Callable[[RunState], Any]) -> RecoveryReport:
     report = RecoveryReport()
-    if p.stop is not None and p.stop.is_set():  # stopping: take nothing more
-        return report
-    start = _take(p, run, attention, report)
+    start = item if isinstance(item, RunStart) else _take(p, *item, report)
     if start is None:
         return report
     assert start.run is not None
@@ -392,12 +434,11 @@ def _one(p: _Pass, run: RunState, attention: bool, resume: Callable[[RunState], 
     return report
 
 
-async def _aone(p: _Pass, run: RunState, attention: bool,
-                resume: Callable[[RunState], Awaitable[Any]]) -> RecoveryReport:
+async def _aone(p: _Pass, item: _Next, resume: Callable[[RunState], Awaitable[Any]]
+                ) -> RecoveryReport:
     report = RecoveryReport()
-    if p.stop is not None and p.stop.is_set():
-        return report
-    start = await asyncio.to_thread(_take, p, run, attention, report)
+    start = item if isinstance(item, RunStart) else \
+        await asyncio.to_thread(_take, p, *item, report)
     if start is None:
         return report
     assert start.run is not None
@@ -427,13 +468,14 @@ def recover_runs(store: Store, resume: Callable[[RunState], Any], *, framework: 
                  owner: str | None = None, lease: float | None = None,
                  retry_failed: bool = False, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  page: int = 100, stop: threading.Event | None = None) -> RecoveryReport:
-    """Recover the abandoned runs of ``framework`` (and graph or flow ``name``): take each
-    (exactly one recoverer wins a run) and call ``resume(run)``, which continues it the
-    framework's way; at most ``limit`` runs (None: until none is left), ``concurrency``
-    at a time (threads).
+    """Recover the abandoned runs of ``framework`` (and graph or flow ``name``): take them
+    ``concurrency`` at a time in one batch (exactly one recoverer takes a run) and call
+    ``resume(run)`` on each, which continues it the framework's way, in ``concurrency``
+    threads; at most ``limit`` runs (None: until none is left).
 
-    ``retry_failed`` also retries failed runs; runs needing attention are continued once
-    their receipt is settled. A run is given at most ``max_attempts`` executions (0: no
+    ``retry_failed`` also retries failed runs (each once per pass; ``page``: how many are
+    listed at a time); runs needing attention are continued once their receipt is
+    settled. A run is given at most ``max_attempts`` executions (0: no
     bound). ``owner`` names this recoverer in the store (default: a new owner token).
     Once ``stop`` is set no further run is taken; the runs being continued finish.
     An exception from ``resume`` is the run's (reported, and recorded as its end); an
@@ -444,16 +486,12 @@ def recover_runs(store: Store, resume: Callable[[RunState], Any], *, framework: 
     pool = ThreadPoolExecutor(concurrency, thread_name_prefix="remit-recover") \
         if concurrency > 1 else None
     try:
-        while (limit is None or len(seen) < limit) and not (stop and stop.is_set()):
-            batch = _trim(_candidates(p, seen), seen, limit)
-            if not batch:
-                break
+        while batch := _next(p, seen, limit, max(1, concurrency), report):
             if pool is None:
-                results: Iterable[RecoveryReport] = [
-                    _one(p, run, attention, resume) for run, attention in batch]
+                results: Iterable[RecoveryReport] = [_one(p, item, resume) for item in batch]
             else:
-                futures = [pool.submit(contextvars.copy_context().run, _one, p, run,
-                                       attention, resume) for run, attention in batch]
+                futures = [pool.submit(contextvars.copy_context().run, _one, p, item, resume)
+                           for item in batch]
                 results = [f.result() for f in futures]
             for r in results:
                 report.merge(r)
@@ -475,35 +513,12 @@ async def arecover_runs(store: Store, resume: Callable[[RunState], Awaitable[Any
     p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page, stop)
     report = RecoveryReport()
     seen: set[str] = set()
-    gate = asyncio.Semaphore(max(1, concurrency))
 
-    async def bounded(run: RunState, attention: bool) -> RecoveryReport:
-        async with gate:
-            return await _aone(p, run, attention, resume)
-
-    while (limit is None or len(seen) < limit) and not (stop and stop.is_set()):
-        found = await asyncio.to_thread(_candidates, p, seen)
-        batch = _trim(found, seen, limit)
-        if not batch:
-            break
-        for r in await asyncio.gather(*(bounded(run, a) for run, a in batch)):
+    while batch := await asyncio.to_thread(_next, p, seen, limit, max(1, concurrency),
+                                           report):
+        for r in await asyncio.gather(*(_aone(p, item, resume) for item in batch)):
             report.merge(r)
     return report
-
-
-def _trim(found: list[tuple[RunState, bool]], seen: set[str], limit: int | None
-          ) -> list[tuple[RunState, bool]]:
-    """The runs of ``found`` not tried yet, at most up to ``limit`` tried in all, in a
-    random order: recoverers that list the same page do not all race for its first run
-    (each run still goes to exactly one of them, whatever the order)."""
-    found = random.sample(found, len(found))
-    batch: list[tuple[RunState, bool]] = []
-    for run, attention in found:
-        if run.run_id in seen or (limit is not None and len(seen) >= limit):
-            continue
-        seen.add(run.run_id)
-        batch.append((run, attention))
-    return batch
 
 
 __all__ = [

@@ -611,6 +611,34 @@ class Store(ABC):
         """
         retake = (("failed",) if retry_failed else ()) + (
             ("needs-attention",) if attention else ())
+        return self._run_start(run_id, "", "", owner, lease,
+                               self._recovery(retake, max_attempts))
+
+    def take_runs(self, *, framework: str, owner: str, limit: int, name: str | None = None,
+                  lease: float | None = None, max_attempts: int = 0) -> list[RunStart]:
+        """A recoverer takes up to ``limit`` abandoned runs of ``framework`` (and graph or
+        flow ``name``) in one atomic operation, oldest expired lease first: each is decided
+        as :meth:`recover_run` decides it, and a run another recoverer is taking at the
+        same moment is passed over rather than waited for (PostgreSQL ``FOR UPDATE SKIP
+        LOCKED``, one Redis script, one SQLite ``BEGIN IMMEDIATE`` transaction). Of k
+        recoverers taking at once, each run goes to exactly one, and none of them makes an
+        attempt that is refused.
+
+        Returns the runs taken (``taken_over``: the caller continues each, renewing its
+        lease, and records its end) and those whose ``max_attempts`` were spent
+        (``exhausted``: recorded ``failed``, not taken). An empty list: no abandoned run
+        is left to take.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be 1 or more, not {limit}")
+        taken = self._call(self._take_runs, str(framework), name, owner,
+                           self.lease if lease is None else lease,
+                           self._recovery((), max_attempts), int(limit))
+        return [RunStart(outcome, self._run_state(row, now),
+                         row.previous_owner if outcome == "taken_over" else None)
+                for outcome, row, now in taken]
+
+    def _recovery(self, retake: tuple[str, ...], max_attempts: int) -> Recovery:
         if max_attempts < 0:
             raise ValueError(f"max_attempts must be 0 (no bound) or more, not {max_attempts}")
         exhausted = self.serde.encode(
@@ -618,9 +646,8 @@ class Store(ABC):
              "message": f"the run was not recovered again: it had {max_attempts} executions "
                         "(max_attempts); see why its executors ended before recovering it "
                         "by hand"},
-            record=f"error of run {run_id!r}") if max_attempts else None
-        return self._run_start(run_id, "", "", owner, lease,
-                               Recovery(retake, max_attempts, exhausted))
+            record="error of an exhausted run") if max_attempts else None
+        return Recovery(retake, max_attempts, exhausted)
 
     def _run_start(self, run_id: str, framework: str, name: str, owner: str,
                    lease: float | None, recovery: Recovery | None) -> RunStart:
@@ -1143,6 +1170,14 @@ class Store(ABC):
                    recovery: Recovery | None) -> tuple[RunStartOutcome, RunRow | None, float]:
         """:func:`~remit_core.store.decisions.start_run`, in one atomic operation; also
         returns the backend's clock as the decision saw it."""
+
+    @abstractmethod
+    def _take_runs(self, framework: str, name: str | None, owner: str, lease: float,
+                   recovery: Recovery, limit: int
+                   ) -> list[tuple[RunStartOutcome, RunRow, float]]:
+        """:meth:`take_runs`, in one atomic operation: each abandoned run chosen decided by
+        :func:`~remit_core.store.decisions.start_run` (recovering), with the backend's
+        clock as the decision saw it; only the runs taken over or exhausted."""
 
     @abstractmethod
     def _end_run(self, run_id: str, owner: str, fence: int, status: RunEnd,

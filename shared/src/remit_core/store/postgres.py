@@ -149,6 +149,7 @@ class PostgresDialect(sql.Dialect):
     collate = ' COLLATE "C"'
     casts = True
     json_each = "jsonb_each_text"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
 
     def any_of(self, column: str, name: str) -> str:
         return f"{column} = ANY({self.p(name)}::text[])"

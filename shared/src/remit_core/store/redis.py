@@ -882,68 +882,114 @@ redis.call('HSET', KEYS[1], 'status', 'released')
 return 1
 """
 
-# decisions.start_run. Returns {outcome, HGETALL or false, now[, previous owner]}.
+# decisions.start_run, as a function of the scripts that start or take runs: decide for
+# the lifecycle at key `lc` (run r) at time `now` and write the verdict. Returns {outcome,
+# HGETALL or false, now[, previous owner]}. `rec`: nil when not recovering, else
+# {retake = ",failed,needs-attention,", most = max_attempts (0: none), exhausted = the
+# error of an abandoned run whose attempts are spent, or false}
+_START_RUN_FN = """
+local function start_run(lc, lcl, r, framework, name, owner, lease, rec, now)
+  local recovering = rec ~= nil
+  local until_ = fmt(now + lease)
+  local flat = redis.call('HGETALL', lc)
+  local old = hmap(flat)
+  local function kept(outcome) return {outcome, flat, fmt(now)} end
+  local function wrote(outcome, ...)
+    local h = redis.call('HGETALL', lc)
+    lc_reindex(r, old, hmap(h), lcl)
+    return {outcome, h, fmt(now), ...}
+  end
+  if #flat == 0 then
+    if recovering then return {'missing', false, fmt(now)} end
+    redis.call('HSET', lc, 'key', r, 'run_id', r, 'framework', framework, 'name', name,
+               'status', 'running', 'owner', owner, 'fence', 1, 'lease_until', until_,
+               'attempts', 1, 'started_at', fmt(now), 'updated_at', fmt(now))
+    return wrote('started')
+  end
+  -- computed before the first write: a corrupt record fails the script before it writes
+  local fence, attempts = int(tonumber(old.fence) + 1), int(tonumber(old.attempts) + 1)
+  local spent = recovering and rec.most > 0 and tonumber(old.attempts) >= rec.most
+  if old.status == 'running' then
+    -- a retried call, or the recoverer's own run entering: it is the executor already
+    if old.owner == owner then return kept('reentered') end
+    if tonumber(old.lease_until) > now then return kept('busy') end
+    if spent then
+      redis.call('HSET', lc, 'status', 'failed', 'lease_until', fmt(0), 'updated_at', fmt(now))
+      redis.call('HDEL', lc, 'owner', 'waiting', 'error')
+      if rec.exhausted then redis.call('HSET', lc, 'error', rec.exhausted) end
+      return wrote('exhausted')
+    end
+    -- LV: the executor died or stalled; the run is taken over where it is (a recovery
+    -- keeps the run's framework and name)
+    if not recovering then redis.call('HSET', lc, 'framework', framework, 'name', name) end
+    redis.call('HSET', lc, 'owner', owner, 'fence', fence, 'lease_until', until_,
+               'attempts', attempts, 'updated_at', fmt(now))
+    return wrote('taken_over', old.owner or false)
+  end
+  local outcome = 'started'
+  if recovering then
+    -- parked for a person, finished, ...: nothing to recover, unless asked to retake it
+    if not string.find(rec.retake, ',' .. old.status .. ',', 1, true) then
+      return kept('not_abandoned')
+    end
+    if spent then return kept('exhausted') end
+    outcome = 'taken_over'
+  else
+    redis.call('HSET', lc, 'framework', framework, 'name', name)
+  end
+  redis.call('HSET', lc, 'status', 'running',
+             'owner', owner, 'fence', fence, 'lease_until', until_, 'attempts', attempts,
+             'started_at', fmt(now), 'updated_at', fmt(now))
+  redis.call('HDEL', lc, 'waiting', 'error')
+  return wrote(outcome)
+end
+"""
+
+# decisions.start_run for one run.
 # KEYS: 1 lc, 2 lcl. ARGV: 1 P, 2 run, 3 framework, 4 name, 5 owner, 6 lease, 7 recovering,
 # 8 the statuses a recovery retakes (",failed,needs-attention,"), 9 max_attempts (0: none),
 # 10 has exhausted, 11 exhausted (the error of an abandoned run whose attempts are spent)
-_START_RUN = """
+_START_RUN = _START_RUN_FN + """
+local rec = nil
+if ARGV[7] == '1' then
+  rec = {retake = ARGV[8], most = tonumber(ARGV[9]), exhausted = ARGV[10] == '1' and ARGV[11]}
+end
+return start_run(KEYS[1], KEYS[2], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), rec,
+                 stamp())
+"""
+
+# Store.take_runs: up to `limit` abandoned runs of one framework (and name), oldest
+# expired lease first, each taken by start_run as recovering (at one time: the script's
+# now). Only P:lcl's expired part is read, in batches, each run's framework and name
+# checked on its record. Returns {{outcome, HGETALL, now[, previous owner]}...} of the runs
+# taken over or exhausted (a run the caller executes already is passed over, as SQL does).
+# KEYS: 1 lcl. ARGV: 1 P, 2 framework, 3 has_name, 4 name, 5 owner, 6 lease, 7 limit,
+#       8 max_attempts (0: none), 9 has exhausted, 10 exhausted
+_TAKE_RUNS = _START_RUN_FN + """
 local now = stamp()
-local r, owner = ARGV[2], ARGV[5]
-local recovering = ARGV[7] == '1'
-local most = tonumber(ARGV[9])
-local until_ = fmt(now + tonumber(ARGV[6]))
-local flat = redis.call('HGETALL', KEYS[1])
-local old = hmap(flat)
-local function kept(outcome) return {outcome, flat, fmt(now)} end
-local function wrote(outcome, ...)
-  local h = redis.call('HGETALL', KEYS[1])
-  lc_reindex(r, old, hmap(h), KEYS[2])
-  return {outcome, h, fmt(now), ...}
-end
-if #flat == 0 then
-  if recovering then return {'missing', false, fmt(now)} end
-  redis.call('HSET', KEYS[1], 'key', r, 'run_id', r, 'framework', ARGV[3], 'name', ARGV[4],
-             'status', 'running', 'owner', owner, 'fence', 1, 'lease_until', until_,
-             'attempts', 1, 'started_at', fmt(now), 'updated_at', fmt(now))
-  return wrote('started')
-end
--- computed before the first write: a corrupt record fails the script before it writes
-local fence, attempts = int(tonumber(old.fence) + 1), int(tonumber(old.attempts) + 1)
-local spent = recovering and most > 0 and tonumber(old.attempts) >= most
-if old.status == 'running' then
-  -- a retried call, or the recoverer's own run entering: it is the executor already
-  if old.owner == owner then return kept('reentered') end
-  if tonumber(old.lease_until) > now then return kept('busy') end
-  if spent then
-    redis.call('HSET', KEYS[1], 'status', 'failed', 'lease_until', fmt(0), 'updated_at', fmt(now))
-    redis.call('HDEL', KEYS[1], 'owner', 'waiting', 'error')
-    if ARGV[10] == '1' then redis.call('HSET', KEYS[1], 'error', ARGV[11]) end
-    return wrote('exhausted')
+local limit = tonumber(ARGV[7])
+local framework, name = ARGV[2], ARGV[3] == '1' and ARGV[4]
+local rec = {retake = ',', most = tonumber(ARGV[8]), exhausted = ARGV[9] == '1' and ARGV[10]}
+local out, skip = {}, 0
+while #out < limit do
+  local batch = redis.call('ZRANGE', KEYS[1], '-inf', fmt(now), 'BYSCORE', 'LIMIT', skip, 256)
+  for _, r in ipairs(batch) do
+    local f = redis.call('HMGET', K('lc', r), 'framework', 'name')
+    if f[1] == framework and (not name or f[2] == name) then
+      local got = start_run(K('lc', r), KEYS[1], r, '', '', ARGV[5], tonumber(ARGV[6]), rec,
+                            now)
+      if got[1] == 'taken_over' or got[1] == 'exhausted' then
+        -- taken or failed, it left the expired part of P:lcl
+        out[#out + 1] = got
+        skip = skip - 1
+        if #out >= limit then break end
+      end
+    end
   end
-  -- LV: the executor died or stalled; the run is taken over where it is (a recovery
-  -- keeps the run's framework and name)
-  if not recovering then redis.call('HSET', KEYS[1], 'framework', ARGV[3], 'name', ARGV[4]) end
-  redis.call('HSET', KEYS[1], 'owner', owner,
-             'fence', fence, 'lease_until', until_, 'attempts', attempts,
-             'updated_at', fmt(now))
-  return wrote('taken_over', old.owner or false)
+  if #batch < 256 then break end
+  skip = skip + #batch
 end
-local outcome = 'started'
-if recovering then
-  -- parked for a person, finished, ...: nothing to recover, unless asked to retake it
-  if not string.find(ARGV[8], ',' .. old.status .. ',', 1, true) then
-    return kept('not_abandoned')
-  end
-  if spent then return kept('exhausted') end
-  outcome = 'taken_over'
-else
-  redis.call('HSET', KEYS[1], 'framework', ARGV[3], 'name', ARGV[4])
-end
-redis.call('HSET', KEYS[1], 'status', 'running',
-           'owner', owner, 'fence', fence, 'lease_until', until_, 'attempts', attempts,
-           'started_at', fmt(now), 'updated_at', fmt(now))
-redis.call('HDEL', KEYS[1], 'waiting', 'error')
-return wrote(outcome)
+return out
 """
 
 # decisions.end_run. KEYS: 1 lc, 2 lcl. ARGV: 1 P, 2 owner, 3 fence, 4 status (parked, done
@@ -1314,6 +1360,7 @@ class RedisStore(Store):
         self._s_consume = r(_script_source(_CONSUME_CLAIM, writes=True))
         self._s_release_cl = r(_script_source(_RELEASE_CLAIM, writes=True))
         self._s_start_run = r(_script_source(_START_RUN, writes=True))
+        self._s_take_runs = r(_script_source(_TAKE_RUNS, writes=True))
         self._s_end_run = r(_script_source(_END_RUN, writes=True))
         self._s_renew_run = r(_script_source(_RENEW_RUN, writes=True))
         self._s_get_run = r(_script_source(_GET_RUN, writes=False))
@@ -1660,6 +1707,20 @@ class RedisStore(Store):
         if row is not None and previous and previous[0]:
             row = dataclasses.replace(row, previous_owner=_str(previous[0]))
         return cast(RunStartOutcome, _str(outcome)), row, float(now)
+
+    def _take_runs(self, framework: str, name: str | None, owner: str, lease: float,
+                   recovery: Recovery, limit: int
+                   ) -> list[tuple[RunStartOutcome, RunRow, float]]:
+        exhausted = recovery.exhausted
+        taken = []
+        for outcome, h, now, *previous in self._s_take_runs(keys=[self._k.lcl], args=[
+                self.prefix, framework, _flag(name), name or "", owner, repr(float(lease)),
+                int(limit), int(recovery.max_attempts), _flag(exhausted), exhausted or b""]):
+            row = _lc_row(_hash(h))
+            if previous and previous[0]:
+                row = dataclasses.replace(row, previous_owner=_str(previous[0]))
+            taken.append((cast(RunStartOutcome, _str(outcome)), row, float(now)))
+        return taken
 
     def _end_run(self, run_id: str, owner: str, fence: int, status: RunEnd,
                  detail: bytes | None) -> bool:

@@ -242,6 +242,9 @@ class Dialect:
     casts: bool = False
     #: the table function of a JSON object's (key, value) text pairs
     json_each: str = "json_each"
+    #: after a SELECT in a write transaction: lock the rows read, passing over the rows
+    #: another transaction holds (a backend whose write transactions are serial: nothing)
+    skip_locked: str = ""
 
     def p(self, name: str, type_: str | None = None) -> str:
         mark = self.style.format(name)
@@ -692,6 +695,33 @@ class SqlStore(Store):
                                      detail=detail, now=now)
 
         return bool(self._decide(self._lifecycle, run_id, decide).outcome)
+
+    def _take_runs(self, framework: str, name: str | None, owner: str, lease: float,
+                   recovery: records.Recovery, limit: int
+                   ) -> list[tuple[records.RunStartOutcome, RunRow, float]]:
+        if not self._keeps_lifecycles:
+            return []
+        d, lc = self._d, self._lifecycle
+        p = d.p
+        args: dict[str, Any] = {**self._clock(), "framework": framework, "limit": limit}
+        if name is not None:
+            args["name"] = name
+        sql = (f"SELECT {', '.join(lc.names)}, {d.now} FROM {self._t.lc} "
+               f"WHERE status = 'running' AND lease_until <= {d.now} "
+               f"AND framework = {p('framework', 'text')}"
+               + ("" if name is None else f" AND name = {p('name', 'text')}")
+               + f" ORDER BY lease_until, key{d.collate} LIMIT {p('limit')}{d.skip_locked}")
+        taken: list[tuple[records.RunStartOutcome, RunRow, float]] = []
+        with self._transaction() as conn:
+            for r in conn.execute(sql, args).fetchall():
+                now, row = float(r[-1]), run_row(r[:-1])
+                v = decisions.start_run(row, run_id=row.run_id, framework="", name="",
+                                        owner=owner, lease=lease, recovery=recovery, now=now)
+                if v.write == "update" and v.row is not None:
+                    taken.append((v.outcome, v.row, now))
+            if taken:
+                conn.cursor().executemany(lc.update, [lc.params(row) for _, row, _ in taken])
+        return taken
 
     def _renew_run(self, run_id: str, owner: str, fence: int, lease: float) -> bool:
         return self._change(self._lifecycle, decisions.RENEW_RUN, run_id, owner=owner,
