@@ -9,6 +9,8 @@ the racers decide by a read instead of the atomic operation, to see it fail.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -328,3 +330,49 @@ def test_a_store_of_the_older_layout_is_read_without_lifecycles_then_upgraded(
         assert s.layout_version == latest
         assert s.start_run("r1", framework="fw", name="g", owner="w").outcome == "started"
         assert [i.lifecycle.status for i in s.list_runs() if i.lifecycle] == ["running"]
+
+
+def test_a_run_waiting_on_an_unregistered_type_does_not_stop_a_listing(
+        store_url: str) -> None:
+    """A parked run keeps what it waits for, app types included (here a pydantic model
+    defined in this test). A process that has not registered that type still lists every
+    run, that one's detail shown as an unregistered type instead of refusing the listing."""
+    import pydantic
+
+    class Approval(pydantic.BaseModel):
+        amount: float
+        items: list[str]
+
+    framework = f"fw-{os.urandom(4).hex()}"
+    run = run_id("odd")
+    with open_store(store_url) as s:
+        for plain in (run_id("plain"), run_id("plain")):
+            start = s.start_run(plain, framework=framework, name="g", owner="w")
+            assert start.run is not None
+            s.end_run(plain, owner="w", fence=start.run.fence, status="parked",
+                      waiting=[{"question": "ok?"}])
+        start = s.start_run(run, framework=framework, name="g", owner="w")
+        assert start.run is not None
+        s.end_run(run, owner="w", fence=start.run.fence, status="parked",
+                  waiting=[{"value": Approval(amount=12.5, items=["a", "b"])}])
+    script = (
+        "import sys\n"
+        "from remit_core import open_store\n"
+        "with open_store(sys.argv[1]) as s:\n"
+        "    for status in (None, 'parked'):\n"
+        "        runs = s.list_runs(framework=sys.argv[2], status=status)\n"
+        "        print(len(runs), *sorted(repr(i.lifecycle.waiting) for i in runs), sep='|')\n")
+    out = subprocess.run([sys.executable, "-c", script, store_url, framework],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        count, *shown = line.split("|")
+        assert count == "3"
+        assert shown.count("[{'question': 'ok?'}]") == 2
+        odd = [w for w in shown if "question" not in w]
+        assert odd == [
+            "[{'value': <unregistered type "
+            "tests.test_run_lifecycle:test_a_run_waiting_on_an_unregistered_type_does_not_"
+            "stop_a_listing.<locals>.Approval>}]"], shown

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 import remit_core.serde as serde_module
 from remit_core import CorruptRecord, SerializationError, derive_id
+from remit_core.errors import UnregisteredType
 from remit_core.serde import Serde, decode, digest, encode
 from remit_core.store import Store
 from tests.serde_child import Decoder
@@ -320,6 +321,19 @@ def test_a_lenient_serde_shows_an_unregistered_type_as_such() -> None:
     out = Serde(lenient=True).decode(data)  # type: ignore[call-arg,unused-ignore]
     assert out["t"] == (1, 2)
     assert repr(out["x"]) == f"<unregistered type {__name__}:Stranger>"
+
+
+def test_a_serdes_lenient_view_shares_its_registrations_and_leaves_it_strict() -> None:
+    strict = Serde()
+    view = strict.lenient()
+    strict.register(Payment, dataclasses.asdict, lambda d: Payment(**d))  # after the view
+    data = Serde().encode({"x": Stranger(n=5)})
+    paid = strict.encode(Payment("p1", decimal.Decimal("2.50")))
+    assert repr(view.decode(data)["x"]) == f"<unregistered type {__name__}:Stranger>"
+    assert view.decode(paid) == Payment("p1", decimal.Decimal("2.50"))
+    with pytest.raises(UnregisteredType):
+        strict.decode(data)
+    assert view.lenient() is view and strict.lenient() is view
 
 
 # ============================================================ effects replayed elsewhere

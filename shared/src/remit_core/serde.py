@@ -55,6 +55,7 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import datetime as dt
 import decimal
@@ -380,6 +381,19 @@ class Serde:
         self._by_type: dict[type, tuple[str, Callable[[Any], Any]]] = {}
         self._by_name: dict[str, Callable[[Any], Any]] = {}
         self._classes: dict[str, tuple[type, int]] = {}  # allowed: name -> (class, tag)
+
+    def lenient(self) -> Serde:
+        """This envelope (its registrations, now and later), decoding a value of a type this
+        process does not know as an :class:`UnregisteredValue` instead of refusing it: for
+        what is shown to a person (a run's lifecycle details), never for resuming."""
+        if self._lenient:
+            return self
+        view: Serde | None = self.__dict__.get("_lenient_view")
+        if view is None:
+            view = copy.copy(self)
+            view._lenient = True
+            self._lenient_view = view
+        return view
 
     # -- registry ------------------------------------------------------------------------------
 

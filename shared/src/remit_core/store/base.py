@@ -692,10 +692,13 @@ class Store(ABC):
         return None if found is None else self._run_state(*found)
 
     def _run_state(self, row: RunRow, now: float) -> RunState:
-        where = f"run {row.run_id!r}"
-        waiting = None if row.waiting is None else self.serde.decode(
+        # what a run waits for or failed with is shown, never resumed from: a value of a
+        # type this process has not registered (an app's interrupt value) reads as an
+        # UnregisteredValue, so that one run's detail does not stop a listing of all runs
+        where, serde = f"run {row.run_id!r}", self.serde.lenient()
+        waiting = None if row.waiting is None else serde.decode(
             row.waiting, record=f"waiting of {where}")
-        error = None if row.error is None else self.serde.decode(
+        error = None if row.error is None else serde.decode(
             row.error, record=f"error of {where}")
         status: RunStatus | Literal["abandoned"] = row.status
         if status == "running" and row.lease_until <= now:
