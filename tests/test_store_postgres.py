@@ -410,3 +410,38 @@ def test_claim_and_receipt_races_have_one_winner(pg_url: str) -> None:
                        for o in out if isinstance(o, Exception))
             starts = race(n, start)
             assert sorted(st.outcome for st in starts) == ["busy"] * (n - 1) + ["run"]
+
+
+def test_a_pool_that_cannot_serve_its_threads_or_fit_the_server_is_warned_about(
+        pg_url: str, admin: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 15, pool budget: a recovery's threads each hold a connection, and the lease
+    keeper one more; every process's pool counts against max_connections. The store says
+    where its pool cannot serve the threads, or cannot fit in what the server has left,
+    with the numbers and what to change; the recovery driver logs it once per store."""
+    most = int(admin.execute("SHOW max_connections").fetchone()[0])  # type: ignore[index]
+    with open_store(pg_url + "&pool_max=2") as small:
+        (warning,) = small.capacity_warnings(threads=4)
+        assert "pool_max=2 connections for 4 threads" in warning
+        assert "?pool_max=5 or more" in warning
+        assert small.capacity_warnings(threads=1) == []
+    with open_store(pg_url + f"&pool_max={most}") as big:
+        (before,) = big.capacity_warnings(threads=1)
+        assert f"max_connections {most}" in before and "too many clients" in before
+        others = [psycopg.connect(admin.info.dsn) for _ in range(3)]
+        try:
+            (after,) = big.capacity_warnings(threads=1)
+        finally:
+            for conn in others:
+                conn.close()
+
+        def open_by_others(text: str) -> int:
+            return int(text.split(" open by other clients")[0].rsplit(" ", 1)[1])
+
+        assert open_by_others(after) >= open_by_others(before) + 3
+    from remit_core.adapter import recover_runs
+
+    with open_store(pg_url + "&pool_max=2") as small, caplog.at_level("WARNING", "remit"):
+        for _ in range(2):
+            recover_runs(small, lambda run: None, framework="nothing-here", concurrency=4)
+    assert [r.getMessage() for r in caplog.records].count(
+        f"remit: {warning}") == 1

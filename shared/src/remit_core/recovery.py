@@ -31,6 +31,7 @@ import functools
 import logging
 import random
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -452,13 +453,29 @@ async def _aone(p: _Pass, item: _Next, resume: Callable[[RunState], Awaitable[An
     return report
 
 
+#: (store, threads) whose capacity was checked already in this process
+_checked: weakref.WeakKeyDictionary[Store, set[int]] = weakref.WeakKeyDictionary()
+
+
+def _check_capacity(store: Store, threads: int) -> None:
+    """Warn, once per store and number of threads, where the store cannot serve the
+    recovery's threads (:meth:`Store.capacity_warnings`)."""
+    done = _checked.setdefault(store, set())
+    if threads in done:
+        return
+    done.add(threads)
+    for warning in store.capacity_warnings(threads=threads):
+        log.warning("remit: %s", warning)
+
+
 def _pass(store: Store, framework: str, name: str | None, owner: str | None,
           lease: float | None, retry_failed: bool, max_attempts: int, page: int,
-          stop: threading.Event | None) -> _Pass:
+          stop: threading.Event | None, concurrency: int) -> _Pass:
     if not framework:
         raise ValueError("recover_runs needs the adapter's framework name")
     if page < 1:
         raise ValueError(f"page must be 1 or more, not {page}")
+    _check_capacity(store, max(1, concurrency))
     return _Pass(store, framework, name, owner or new_owner(), lease, retry_failed,
                  max_attempts, page, stop)
 
@@ -480,7 +497,8 @@ def recover_runs(store: Store, resume: Callable[[RunState], Any], *, framework: 
     Once ``stop`` is set no further run is taken; the runs being continued finish.
     An exception from ``resume`` is the run's (reported, and recorded as its end); an
     error of the store itself propagates."""
-    p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page, stop)
+    p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page, stop,
+              concurrency)
     report = RecoveryReport()
     seen: set[str] = set()
     pool = ThreadPoolExecutor(concurrency, thread_name_prefix="remit-recover") \
@@ -510,7 +528,8 @@ async def arecover_runs(store: Store, resume: Callable[[RunState], Awaitable[Any
                         ) -> RecoveryReport:
     """:func:`recover_runs` for a coroutine ``resume``; ``concurrency`` runs at a time as
     tasks of the running event loop."""
-    p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page, stop)
+    p = _pass(store, framework, name, owner, lease, retry_failed, max_attempts, page, stop,
+              concurrency)
     report = RecoveryReport()
     seen: set[str] = set()
 

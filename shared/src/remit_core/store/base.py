@@ -881,6 +881,15 @@ class Store(ABC):
         return ConsumeConflict(msg, key=claim.key, run_id=claim.run_id, owner=claim.owner,
                                consumed_at=claim.consumed_at, status=claim.status)
 
+    # =================================================================================== capacity
+
+    def capacity_warnings(self, *, threads: int = 1) -> list[str]:
+        """What in this store's configuration cannot serve ``threads`` threads working at
+        once (e.g. recovery threads), each sentence naming the numbers and what to change;
+        empty when it fits. A backend with a connection limit checks its pool against
+        it (PostgreSQL: ``pool_max`` against the connections the server has left)."""
+        return []
+
     # ===================================================================================== leases
 
     @contextlib.contextmanager

@@ -344,6 +344,38 @@ class PostgresStore(sql.SqlStore):
                     pool.check()  # drop the idle connections that died with this one
             raise
 
+    def capacity_warnings(self, *, threads: int = 1) -> list[str]:
+        """This pool against ``threads`` working threads (each holds a connection while it
+        works, and the lease keeper one more) and against what the server has left:
+        ``max_connections`` minus ``superuser_reserved_connections`` minus the connections
+        open now (this pool's own not counted)."""
+        found = []
+        if self._pool_max < threads + 1:
+            found.append(
+                f"{self.url}: pool_max={self._pool_max} connections for {threads} threads "
+                "and the lease keeper: threads will wait for a connection (up to "
+                f"pool_timeout={self._pool_timeout:g} s, then fail); use "
+                f"?pool_max={threads + 1} or more")
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT current_setting('max_connections')::int, "
+                "current_setting('superuser_reserved_connections')::int, "
+                "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
+            ).fetchone()
+        assert row is not None
+        most, reserved, in_use = (int(v) for v in row)
+        own = self._get_pool().get_stats().get("pool_size", 0)
+        left = most - reserved - (in_use - own)
+        if self._pool_max > left:
+            found.append(
+                f"{self.url}: pool_max={self._pool_max}, but the server has {left} "
+                f"connections left (max_connections {most}, {reserved} reserved for "
+                f"superusers, {in_use - own} open by other clients): once they are used "
+                "new connections are refused (too many clients). Lower pool_max per process "
+                "(pool_max x processes must stay under max_connections) or raise "
+                "max_connections; see docs/operating.md")
+        return found
+
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Conn]:
         """One transaction (BEGIN ... COMMIT, ROLLBACK on any error)."""
