@@ -147,9 +147,12 @@ def work(url: str, ledger: str, lease: float, start: Any, results: Any) -> None:
         def timed(inp: Any, config: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
             out = real_invoke(inp, config, **kwargs)
-            # reported at once: a worker killed later still reports what it finished
-            results.put(("run", os.getpid(), config["configurable"]["thread_id"],
-                         time.time(), time.perf_counter() - t0))
+            took, thread = time.perf_counter() - t0, config["configurable"]["thread_id"]
+            # reported at once, in a file written before the call returns: a worker
+            # SIGKILLed later still reports what it finished (a queue's feeder thread may
+            # not have sent it yet)
+            note(ledger + ".reports", f"run {os.getpid()} {thread} {time.time()!r} {took!r}")
+            results.put(("run", os.getpid(), thread))
             return out
 
         app.invoke = timed  # type: ignore[method-assign]
@@ -255,7 +258,6 @@ def main() -> int:
         if args.backend == "postgres":
             sampler.start()
         start.set()
-        runs_done: list[tuple[Any, ...]] = []  # ("run", pid, thread, ended, took)
         refused = 0
         ended: dict[int, tuple[Any, ...]] = {}
         done = 0
@@ -271,7 +273,6 @@ def main() -> int:
             if kind == "pass":
                 refused += item[2]
                 continue
-            runs_done.append(item)
             done += 1
             if not killed and done >= args.runs // 3:
                 for w in workers[:args.kill]:
@@ -284,6 +285,11 @@ def main() -> int:
         # ------------------------------------------------------------------ checks
         with open(ledger) as f:
             lines = f.read().splitlines()
+        with open(ledger + ".reports") as f:
+            # ("run", pid, thread, ended, took)
+            runs_done = [(kind, int(pid), thread, float(end), float(took))
+                         for kind, pid, thread, end, took in (
+                             line.split() for line in f.read().splitlines())]
         effects = Counter(line.split()[1] for line in lines if line.startswith("effect "))
         c_runs = Counter(line.split()[1] for line in lines if line.startswith("c "))
         by_any = Counter(r[2] for r in runs_done)
