@@ -4,6 +4,8 @@ recoverers.
 ``RecoveryFlow`` starts with ``a``; the router ``route`` sends it on by its ``mode``:
 
 * ``pay``: ``b`` (the effect ``charge``) -> ``c`` (a kill point);
+* ``ship`` (flow ids ``ship...``): ``send`` calls the effect ``ship``, which takes no
+  idempotency key (a kill point inside the call: the effect is left in doubt);
 * ``asking``: ``ask`` parks on human feedback with ``emit`` options (left parked);
 * ``reviewing``: ``review`` parks on human feedback -> ``after`` (a kill point on resume).
 
@@ -11,6 +13,9 @@ A child that must die runs its flows until each killable one is at its kill poin
 reports that through a pipe, and blocks until the parent SIGKILLs it. The oracle is a
 ledger file (O_APPEND + fsync): every method entry and every real effect call appends
 one line, so the counts survive SIGKILL.
+
+Recoverers (:func:`recoverer`, :func:`chaos_recoverer`) run in processes of their own;
+``broken`` (REMIT_TEST_BREAK=recovery) switches the atomic take off in them.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from crewai.flow.persistence import persist
 from pydantic import BaseModel
 
 from remit_check.crewai.flows import Park
+from remit_core.adapter import poll
 from remit_crewai import RemitFlowPersistence, arecover, durable, effect, recover
 from tests.crewai import _env  # noqa: F401  (before crewai)
 from tests.workers import break_recovery, note
@@ -37,6 +43,13 @@ from tests.workers import break_recovery, note
 NAME = "RecoveryFlow"
 #: the lease of the executors that die: their flows read as abandoned a second later
 LEASE = 1.0
+#: the lease of the chaos test's recoverers: a killed one's flows are taken over once it
+#: runs out; long enough that a live one, slowed on a loaded machine, renews in time
+RECOVERER_LEASE = 3.0
+#: the passes a chaos recoverer makes at most: a handful find work when each flow is
+#: taken once (its own, then the killed recoverers'); without the atomic take its
+#: flows read as abandoned after every pass
+PASSES = 10
 
 #: set in a child that must stop at a kill point: called with (method, flow id)
 _stop: Any = None
@@ -46,6 +59,7 @@ class RState(BaseModel):
     ledger: str = ""
     mode: str = "pay"
     txn: str = ""
+    shipment: dict[str, str] = {}
     log: list[str] = []
 
 
@@ -53,6 +67,14 @@ class RState(BaseModel):
 def charge(ledger: str, flow_id: str, *, idempotency_key: str) -> str:
     note(ledger, f"effect charge {flow_id} {os.getpid()}")
     return f"txn-{flow_id}"
+
+
+@effect(name="ship")
+def ship(ledger: str, flow_id: str) -> dict[str, str]:
+    # no idempotency key: a call cut short by a crash is in doubt, not run again
+    note(ledger, f"effect ship {flow_id} {os.getpid()}")
+    _halt("ship", flow_id)
+    return {"shipped": flow_id, "carrier": "parcel-co"}
 
 
 def _halt(method: str, flow_id: str) -> None:
@@ -93,6 +115,13 @@ def flows(url: str, lease: float | None = None) -> dict[str, type[Flow[Any]]]:
             _halt("c", self.state.id)
             self.state.log.append("c")
             return f"done {txn}"
+
+        @listen("ship")
+        def send(self) -> str:
+            note(self.state.ledger, f"enter send {self.state.id} {os.getpid()}")
+            self.state.shipment = ship(self.state.ledger, self.state.id)
+            self.state.log.append(f"sent {self.state.shipment['shipped']}")
+            return f"shipped {self.state.shipment['shipped']}"
 
         @listen("asking")
         @human_feedback(message="ship it?", emit=["approved", "rejected"],
@@ -142,6 +171,12 @@ def killable(specs: list[str]) -> list[str]:
     return sorted(s for s in specs if not s.startswith(("done:", "park:")))
 
 
+def inputs(flow_id: str, ledger: str) -> dict[str, str]:
+    """A killable flow's kickoff inputs: ``ship...`` flows go to ``send``, others pay."""
+    return {"id": flow_id, "ledger": ledger,
+            "mode": "ship" if flow_id.startswith("ship") else "pay"}
+
+
 # ======================================================================= child bodies
 
 
@@ -178,11 +213,10 @@ def die_in_c(url: str, ledger: str, specs: list[str], conn: Connection,
         threading.Thread(target=loop.run_forever, daemon=True).start()
         for t in kill:
             asyncio.run_coroutine_threadsafe(
-                flow().kickoff_async(inputs={"id": t, "ledger": ledger}), loop)
+                flow().kickoff_async(inputs=inputs(t, ledger)), loop)
     else:
         for t in kill:
-            threading.Thread(target=flow().kickoff,
-                             kwargs={"inputs": {"id": t, "ledger": ledger}},
+            threading.Thread(target=flow().kickoff, kwargs={"inputs": inputs(t, ledger)},
                              daemon=True).start()
     all_there.wait()
     conn.send(("in c", sorted(arrived)))
@@ -216,3 +250,49 @@ def recoverer(url: str, barrier: Any, results: Any, api: str, broken: bool) -> N
     report = asyncio.run(arecover(flow)) if api == "kickoff_async" else recover(flow)
     results.put((os.getpid(), sorted(report.recovered), sorted(report.failed),
                  sorted(report.skipped)))
+
+
+def chaos_recoverer(url: str, flow_ids: list[str], barrier: Any, results: Any, kills: Any,
+                    killed: Any, die: bool, broken: bool) -> None:
+    """A recoverer in the chaos test. ``die``: it stops inside method c of the first flow
+    it continues, reports that (its pid and the flow id) on ``kills``, and blocks until
+    the parent SIGKILLs it. Otherwise its method c waits until the parent has killed the
+    dying ones (so that they do take flows), and it recovers pass after pass until every
+    flow is done (the killed recoverers' flows read as abandoned once their lease,
+    :data:`RECOVERER_LEASE`, runs out), at most :data:`PASSES` passes; it reports what
+    it recovered and failed, and why it stopped."""
+    global _stop
+
+    def stop_dying(method: str, flow_id: str) -> None:
+        kills.put((os.getpid(), flow_id))
+        threading.Event().wait()
+
+    _stop = stop_dying if die else (lambda method, flow_id: killed.wait(120))
+    flow = recovery_flow(url, RECOVERER_LEASE)
+    # the store the flows use (the backends of one URL and lease share one)
+    backend = RemitFlowPersistence.from_url(url, lease=RECOVERER_LEASE)
+    store = backend.store
+    if broken:
+        break_recovery(store)
+    barrier.wait()
+    recovered: list[str] = []
+    failed: list[str] = []
+
+    def next_step() -> str | None:
+        runs = [store.get_run(f) for f in flow_ids]
+        if all(r is not None and r.status == "done" for r in runs):
+            return "all done"
+        if any(r is not None and r.status == "abandoned" for r in runs):
+            return "work"
+        return None
+
+    for _ in range(PASSES):
+        report = recover(flow)
+        recovered += report.recovered
+        failed += [*report.failed, *report.attention]
+        step = poll(next_step, within=120, pause=0.05, most=0.25)
+        if step != "work":
+            break
+    else:
+        step = f"gave up after {PASSES} passes"
+    results.put((os.getpid(), sorted(recovered), sorted(failed), step))

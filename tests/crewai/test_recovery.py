@@ -8,9 +8,14 @@ continues each under its own id (``kickoff(inputs={"id": ...})``): ``a`` and ``b
 not run again, the effect fired once, ``c`` runs once more. Flows that finished or
 parked are left alone; a second recovery finds nothing. A resume of parked feedback
 killed after its claim is finished with the value it claimed. Eight recoverer processes
-racing over the same abandoned flows finish each exactly once (REMIT_TEST_BREAK=recovery
-replaces the atomic take with a check-then-act read in the recoverers, and the race
-test fails).
+racing over the same abandoned flows finish each exactly once: 16 flows by default,
+``REMIT_RACE_RUNS=200`` (the issue's number) races over that many. Eight recoverers of
+which two are SIGKILLed inside method c of a flow they continue leave those flows to the
+others, which finish them after the lease, still once (REMIT_TEST_BREAK=recovery
+replaces the atomic take with a check-then-act read in the recoverers, and the race and
+chaos tests fail). A flow killed inside an effect that takes no idempotency key stops
+for a person (needs-attention, with the receipt); ``remit effects resolve`` settles it
+and the next recovery continues the flow without calling the effect again.
 
 The lifecycle each kickoff and resume keeps (done, failed, parked, cancelled) is checked
 in this process.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -57,6 +63,10 @@ from tests.test_races import drain, join_all
 CTX = mp.get_context("forkserver")
 CTX.set_forkserver_preload(["tests.crewai.cw_flows", "tests.crewai.cw_recovery_workers"])
 BREAK = os.environ.get("REMIT_TEST_BREAK", "")
+#: the abandoned flows the eight recoverers race over (REMIT_RACE_RUNS=200: the issue's)
+RACE_RUNS = int(os.environ.get("REMIT_RACE_RUNS") or 16)
+#: flows one killed child runs at once (more are killed in several children)
+CHUNK = 50
 
 
 @pytest.fixture
@@ -107,6 +117,12 @@ def kill_in_c(url: str, ledger: Path, specs: list[str], api: str = "kickoff") ->
     _killed(proc, parent, ("in c", w.killable(specs)))
     with RemitFlowPersistence.from_url(url) as backend:
         wait_abandoned(backend.store, w.killable(specs))
+
+
+def kill_many_in_c(url: str, ledger: Path, flow_ids: list[str], api: str = "kickoff") -> None:
+    """:func:`kill_in_c` for many flows: at most :data:`CHUNK` of them in each child."""
+    for i in range(0, len(flow_ids), CHUNK):
+        kill_in_c(url, ledger, flow_ids[i:i + CHUNK], api)
 
 
 def check_once(ledger: Path, flow_ids: list[str], recoveries: int = 1) -> None:
@@ -204,9 +220,11 @@ def test_a_resume_killed_after_its_claim_is_finished_with_its_value(
 @pytest.mark.parametrize("api", ["kickoff", "kickoff_async"])
 def test_eight_recoverers_race_and_each_flow_finishes_once(store_url: str, tmp_path: Path,
                                                            api: str) -> None:
+    """RACE_RUNS flows (16; REMIT_RACE_RUNS=200 for the issue's 200) killed in c, then
+    eight recoverer processes released at once: each flow recovered by exactly one."""
     ledger = tmp_path / "ledger"
-    flow_ids = [f"r{i:02d}" for i in range(16)]
-    kill_in_c(store_url, ledger, flow_ids, api)
+    flow_ids = [f"r{i:03d}" for i in range(RACE_RUNS)]
+    kill_many_in_c(store_url, ledger, flow_ids, api)
     k = 8
     barrier, results = CTX.Barrier(k), CTX.Queue()
     procs = [CTX.Process(target=w.recoverer, args=(store_url, barrier, results, api,
@@ -214,7 +232,7 @@ def test_eight_recoverers_race_and_each_flow_finishes_once(store_url: str, tmp_p
              for _ in range(k)]
     for p in procs:
         p.start()
-    reports = drain(results, k, timeout=300)
+    reports = drain(results, k, timeout=300 + 3 * RACE_RUNS)
     join_all(procs)
     recovered = Counter(f for _, done, _, _ in reports for f in done)
     assert all(not failed for _, _, failed, _ in reports), reports
@@ -226,10 +244,150 @@ def test_eight_recoverers_race_and_each_flow_finishes_once(store_url: str, tmp_p
             assert run is not None and (run.status, run.attempts) == ("done", 2), run
 
 
+@pytest.mark.slow
+def test_recoverers_killed_while_recovering_leave_their_flows_to_the_others(
+        store_url: str, tmp_path: Path) -> None:
+    """Eight recoverers over 16 abandoned flows; two of them report from inside method c of
+    the flow they continue and are SIGKILLed there. Once their lease runs out those flows
+    read as abandoned again and the six others finish them: every flow recovered once,
+    its effect fired once, a and b not run again, c entered a third time only in the two
+    flows whose recoverer died in it."""
+    ledger = tmp_path / "ledger"
+    flow_ids = [f"x{i:02d}" for i in range(16)]
+    kill_in_c(store_url, ledger, flow_ids)
+    k, dying = 8, 2
+    barrier, results, kills, killed = CTX.Barrier(k), CTX.Queue(), CTX.Queue(), CTX.Event()
+    procs = [CTX.Process(target=w.chaos_recoverer,
+                         args=(store_url, flow_ids, barrier, results, kills, killed,
+                               i < dying, BREAK == "recovery"))
+             for i in range(k)]
+    for p in procs:
+        p.start()
+    try:
+        victims = drain(kills, dying, timeout=180)  # (pid, the flow it is inside c of)
+    finally:
+        for p in procs[:dying]:  # the dying ones are killed wherever they are
+            assert p.pid is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        killed.set()
+    assert {pid for pid, _ in victims} == {p.pid for p in procs[:dying]}, victims
+    reports = drain(results, k - dying, timeout=240)
+    for p in procs:
+        p.join(60)
+    assert Counter(p.exitcode for p in procs) == \
+        Counter({-signal.SIGKILL: dying, 0: k - dying})
+    recovered = Counter(f for _, done, _, _ in reports for f in done)
+    assert recovered == Counter({f: 1 for f in flow_ids}), recovered
+    assert all(step == "all done" and not failed for _, _, failed, step in reports), reports
+    cut_short = {f for _, f in victims}
+    assert len(cut_short) == dying, victims  # two flows, one each
+    lines, seen = ledger_lines(ledger), counts(ledger)
+    for f in flow_ids:
+        assert seen[f"effect charge {f}"] == 1, lines
+        assert (seen[f"enter a {f}"], seen[f"enter b {f}"]) == (1, 1), lines
+        # c: the killed executor, the killed recoverer (in the flows it was in), the
+        # recoverer that finished it
+        assert seen[f"enter c {f}"] == (3 if f in cut_short else 2), lines
+    with RemitFlowPersistence.from_url(store_url) as backend:
+        for f in flow_ids:
+            state = backend.load_state(f)
+            assert state is not None
+            assert (state["log"], state["txn"]) == (["a", "b", "c"], f"txn-{f}")
+            assert backend.epoch(f).result == f"done txn-{f}"
+            run = backend.store.get_run(f)
+            assert run is not None
+            assert (run.status, run.attempts) == ("done", 3 if f in cut_short else 2), run
+
+
 def remit(*args: str, env: dict[str, str] | None = None, **kwargs: Any
           ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "remit_core.cli", *args], capture_output=True,
                           text=True, timeout=300, env={**os.environ, **(env or {})}, **kwargs)
+
+
+@pytest.mark.slow
+def test_an_effect_in_doubt_stops_the_flow_for_a_person_then_it_continues(
+        store_url: str, tmp_path: Path) -> None:
+    """Flows killed inside the effect ``ship`` (no idempotency key: it may or may not have
+    happened): recovery stops each for a person (needs-attention, with the receipt's
+    key), ``remit effects`` lists and settles them, and the next recovery continues
+    them: a resolved effect returns the recorded result and is not called again, a
+    rerun one is called again."""
+    ledger = tmp_path / "ledger"
+    kill_in_c(store_url, ledger, ["ship-1", "ship-2"])  # killed inside the effect "ship"
+    flow = w.recovery_flow(store_url)
+    report = recover(flow)
+    assert sorted(report.attention) == ["ship-1", "ship-2"], report
+    assert (report.recovered, report.failed) == ([], {}), report
+    keys = dict(report.attention)
+    with RemitFlowPersistence.from_url(store_url) as backend:
+        store = backend.store
+        for f, key in keys.items():
+            run = store.get_run(f)
+            assert run is not None and run.status == "needs-attention", run
+            assert run.waiting["receipt"] == key and run.waiting["effect"] == "ship"
+        assert recover(flow).total == 0  # nothing settled yet: the flows wait
+        listed = remit("effects", "list", store_url, "--json")
+        assert listed.returncode == 0, listed.stderr
+        shown = {r["key"]: r for r in json.loads(listed.stdout)}
+        assert set(shown) == set(keys.values()), shown
+        assert all((r["status"], r["run_waits"], r["effect"]) == ("in doubt", "yes", "ship")
+                   for r in shown.values()), shown
+        # a person checked the carrier: ship-1 was shipped, ship-2 was not
+        done = remit("effects", "resolve", store_url, keys["ship-1"],
+                     "--result", '{"shipped": "ship-1", "carrier": "checked by hand"}')
+        assert done.returncode == 0 and "continues run ship-1" in done.stdout, done
+        bad = remit("effects", "resolve", store_url, keys["ship-2"], "--result", "{nope")
+        assert bad.returncode == 2 and "not JSON" in bad.stderr, bad
+        rerun = remit("effects", "resolve", store_url, keys["ship-2"], "--rerun")
+        assert rerun.returncode == 0 and "continues run ship-2" in rerun.stdout, rerun
+        again = recover(flow)
+        assert sorted(again.recovered) == ["ship-1", "ship-2"], again
+        seen = counts(ledger)
+        assert seen["effect ship ship-1"] == 1  # resolved: not called again
+        assert seen["effect ship ship-2"] == 2  # rerun: called again
+        for f in keys:
+            assert seen[f"enter a {f}"] == 1, ledger_lines(ledger)
+            # send: the killed executor, the recovery stopped by the doubt, the last one
+            assert seen[f"enter send {f}"] == 3, ledger_lines(ledger)
+        shipped = {f: backend.load_state(f) for f in keys}
+        assert shipped["ship-1"]["shipment"] == {  # type: ignore[index]
+            "shipped": "ship-1", "carrier": "checked by hand"}
+        assert shipped["ship-2"]["shipment"] == {  # type: ignore[index]
+            "shipped": "ship-2", "carrier": "parcel-co"}
+        for f in keys:
+            assert shipped[f]["log"] == ["a", f"sent {f}"]  # type: ignore[index]
+            assert backend.epoch(f).result == f"shipped {f}"
+            run = store.get_run(f)
+            assert run is not None and (run.status, run.attempts) == ("done", 3), run
+        assert recover(flow).total == 0
+    settled = remit("effects", "resolve", store_url, keys["ship-1"], "--rerun")
+    assert settled.returncode == 1 and "has a result already" in settled.stderr, settled
+
+
+@pytest.mark.slow
+def test_an_effect_resolved_as_failed_fails_its_flow_and_a_retry_calls_it_again(
+        store_url: str, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    kill_in_c(store_url, ledger, ["ship-f"])
+    flow = w.recovery_flow(store_url)
+    key = recover(flow).attention["ship-f"]
+    failed = remit("effects", "resolve", store_url, key, "--failed", "carrier refused")
+    assert failed.returncode == 0 and "ship-f is failed" in failed.stdout, failed
+    with RemitFlowPersistence.from_url(store_url) as backend:
+        run = backend.store.get_run("ship-f")
+        assert run is not None and run.status == "failed", run
+        assert run.error == {"type": "EffectFailed", "message": "carrier refused",
+                             "receipt": key}
+        assert recover(flow).total == 0  # a failed flow is not retried unless asked
+        retried = recover(flow, retry_failed=True)
+        assert retried.recovered == ["ship-f"], retried
+        assert counts(ledger)["effect ship ship-f"] == 2
+        state = backend.load_state("ship-f")
+        assert state is not None and state["log"] == ["a", "sent ship-f"]
+        done = backend.store.get_run("ship-f")
+        assert done is not None and done.status == "done", done
 
 
 @pytest.mark.slow

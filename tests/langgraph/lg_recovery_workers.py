@@ -25,6 +25,13 @@ from tests.workers import break_recovery, note
 NAME = "recovery-graph"
 #: the lease of the executors that die: their threads read as abandoned a second later
 LEASE = 1.0
+#: the lease of the chaos test's recoverers: a killed one's threads are taken over once it
+#: runs out; long enough that a live one, slowed on a loaded machine, renews in time
+RECOVERER_LEASE = 3.0
+#: the passes a chaos recoverer makes at most: a handful find work when each thread is
+#: taken once (its own, then the killed recoverers'); without the atomic take its
+#: threads read as abandoned after every pass
+PASSES = 10
 
 #: set in a child that must stop in node c: called with the thread id
 _stop_in_c: Any = None
@@ -163,7 +170,9 @@ def chaos_recoverer(url: str, ledger: str, threads: list[str], barrier: Any, res
     it continues, reports that, and blocks until the parent SIGKILLs it. Otherwise its
     node c waits until the parent has killed the dying ones (so that they take threads),
     and it recovers pass after pass until every thread is done (the killed recoverers'
-    threads read as abandoned once their lease, 1 s, runs out)."""
+    threads read as abandoned once their lease, :data:`RECOVERER_LEASE`, runs out), at
+    most :data:`PASSES` passes; it reports what it recovered and failed, and why it
+    stopped."""
     global _stop_in_c
 
     def stop_dying(thread: str) -> None:
@@ -171,13 +180,14 @@ def chaos_recoverer(url: str, ledger: str, threads: list[str], barrier: Any, res
         threading.Event().wait()
 
     _stop_in_c = stop_dying if die else (lambda thread: killed.wait(120))
-    with RemitSaver.from_conn_string(url, lease=LEASE) as saver:
+    with RemitSaver.from_conn_string(url, lease=RECOVERER_LEASE) as saver:
         if broken:
             break_recovery(saver.store)
         graph = app(saver, ledger)
         store = saver.store
         barrier.wait()
         recovered: list[str] = []
+        failed: list[str] = []
 
         def next_step() -> str | None:
             runs = [store.get_run(t) for t in threads]
@@ -187,9 +197,13 @@ def chaos_recoverer(url: str, ledger: str, threads: list[str], barrier: Any, res
                 return "work"
             return None
 
-        while True:
-            recovered += recover(graph).recovered
+        for _ in range(PASSES):
+            report = recover(graph)
+            recovered += report.recovered
+            failed += [*report.failed, *report.attention]
             step = poll(next_step, within=120, pause=0.05, most=0.25)
             if step != "work":
                 break
-        results.put((os.getpid(), sorted(recovered), step))
+        else:
+            step = f"gave up after {PASSES} passes"
+        results.put((os.getpid(), sorted(recovered), sorted(failed), step))

@@ -25,12 +25,20 @@ from pydantic_graph import BaseNode, End, GraphRunContext
 from pydantic_graph.graph import Graph
 
 from remit_core import open_store
+from remit_core.adapter import poll
 from remit_pydantic_graph import GraphTarget, RemitStatePersistence, arecover, effect, recover
 from tests.workers import break_recovery, note
 
 NAME = "pg-recovery"
 #: the lease of the executors that die: their runs read as abandoned a second later
 LEASE = 1.0
+#: the lease of the chaos test's recoverers: a killed one's runs are taken over once it
+#: runs out; long enough that a live one, slowed on a loaded machine, renews in time
+RECOVERER_LEASE = 3.0
+#: the passes a chaos recoverer makes at most: a handful find work when each run is
+#: taken once (its own, then the killed recoverers'); without the atomic take its
+#: runs read as abandoned after every pass
+PASSES = 10
 BROKEN = os.environ.get("REMIT_TEST_BREAK", "") == "recovery"
 #: runs with these prefixes end (done, parked before C, failed in C) before the others start
 ENDED = ("done:", "park:", "fail:")
@@ -174,6 +182,52 @@ def recoverer(url: str, barrier: Any, results: Any, api: str) -> None:
             asyncio.run(arecover(graph, store))
         results.put((os.getpid(), sorted(report.recovered), sorted(report.failed),
                      sorted(report.skipped)))
+    finally:
+        store.close()
+
+
+def chaos_recoverer(url: str, runs: list[str], barrier: Any, results: Any, kills: Any,
+                    killed: Any, die: bool) -> None:
+    """A recoverer in the chaos test. ``die``: it stops inside node C of the first run it
+    continues, reports that (its pid and the run) on ``kills``, and blocks until the
+    parent SIGKILLs it. Otherwise its node C waits until the parent has killed the dying
+    ones (so that they do take runs), and it recovers pass after pass until every run is
+    done (the killed recoverers' runs read as abandoned once their lease,
+    :data:`RECOVERER_LEASE`, runs out), at most :data:`PASSES` passes; it reports what
+    it recovered and failed, and why it stopped."""
+    global _stop
+
+    def stop_dying(run: str) -> None:
+        kills.put((os.getpid(), run))
+        threading.Event().wait()
+
+    _stop = stop_dying if die else (lambda run: killed.wait(120))
+    store = open_store(url, lease=RECOVERER_LEASE)
+    try:
+        if BROKEN:
+            break_recovery(store)
+        barrier.wait()
+        recovered: list[str] = []
+        failed: list[str] = []
+
+        def next_step() -> str | None:
+            states = [store.get_run(r) for r in runs]
+            if all(s is not None and s.status == "done" for s in states):
+                return "all done"
+            if any(s is not None and s.status == "abandoned" for s in states):
+                return "work"
+            return None
+
+        for _ in range(PASSES):
+            report = recover(graph, store)
+            recovered += report.recovered
+            failed += [*report.failed, *report.attention]
+            step = poll(next_step, within=120, pause=0.05, most=0.25)
+            if step != "work":
+                break
+        else:
+            step = f"gave up after {PASSES} passes"
+        results.put((os.getpid(), sorted(recovered), sorted(failed), step))
     finally:
         store.close()
 

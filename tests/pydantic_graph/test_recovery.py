@@ -13,12 +13,17 @@ with no run id given, and continues each with ``iter_from_persistence``: ``A`` a
 do not run again, the effect in ``B`` fired once, ``C`` runs once more. Runs that ended,
 parked, failed, or whose executor is alive are left alone. A second recovery finds
 nothing. Eight recoverer processes racing over the same abandoned runs finish each
-exactly once.
+exactly once: 16 runs by default, ``REMIT_RACE_RUNS=200`` (the issue's number) races over
+that many. Eight recoverers of which two are SIGKILLed inside node C of a run they
+continue leave those runs to the others, which finish them after the lease, still once.
+REMIT_TEST_BREAK=recovery replaces the atomic take with a check-then-act read in the
+recoverers, and the race and chaos tests fail.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -54,6 +59,10 @@ from tests.pydantic_graph import pg_recovery_workers as w
 from tests.test_races import drain, join_all
 
 CTX = procs.CTX
+#: the abandoned runs the eight recoverers race over (REMIT_RACE_RUNS=200: the issue's)
+RACE_RUNS = int(os.environ.get("REMIT_RACE_RUNS") or 16)
+#: runs one killed child runs at once (more are killed in several children)
+CHUNK = 50
 
 
 # =================================================================== the lifecycle, in process
@@ -291,6 +300,12 @@ def kill_in_c(url: str, ledger: Path, runs: list[str]) -> list[str]:
     return killable
 
 
+def kill_many_in_c(url: str, ledger: Path, runs: list[str]) -> list[str]:
+    """:func:`kill_in_c` for many runs: at most :data:`CHUNK` of them in each child."""
+    return [r for i in range(0, len(runs), CHUNK)
+            for r in kill_in_c(url, ledger, runs[i:i + CHUNK])]
+
+
 def check_once(ledger: Path, runs: list[str], recoveries: int = 1) -> None:
     lines = ledger_lines(ledger)
     counts = Counter(" ".join(line.split()[:3]) for line in lines)
@@ -376,16 +391,18 @@ def test_an_effect_in_doubt_stops_the_run_for_a_person_then_it_continues(
 @pytest.mark.parametrize("api", ["recover", "arecover"])
 def test_eight_recoverers_race_and_each_run_finishes_once(store_url: str, tmp_path: Path,
                                                          api: str) -> None:
+    """RACE_RUNS runs (16; REMIT_RACE_RUNS=200 for the issue's 200) killed in C, then
+    eight recoverer processes released at once: each run recovered by exactly one."""
     ledger = tmp_path / "ledger"
-    runs = [f"r{i:02d}" for i in range(16)]
-    kill_in_c(store_url, ledger, runs)
+    runs = [f"r{i:03d}" for i in range(RACE_RUNS)]
+    kill_many_in_c(store_url, ledger, runs)
     k = 8
     barrier, results = CTX.Barrier(k), CTX.Queue()
     procs = [CTX.Process(target=w.recoverer, args=(store_url, barrier, results, api))
              for _ in range(k)]
     for p in procs:
         p.start()
-    reports: list[tuple[Any, ...]] = drain(results, k)
+    reports: list[tuple[Any, ...]] = drain(results, k, timeout=120 + 3 * RACE_RUNS)
     join_all(procs)
     recovered = Counter(r for _, done, _, _ in reports for r in done)
     failed = Counter(r for _, _, refused, _ in reports for r in refused)
@@ -393,6 +410,61 @@ def test_eight_recoverers_race_and_each_run_finishes_once(store_url: str, tmp_pa
     assert (recovered, failed) == (Counter({r: 1 for r in runs}), Counter()), \
         (recovered, failed)
     check_once(ledger, runs)
+
+
+@pytest.mark.slow
+def test_recoverers_killed_while_recovering_leave_their_runs_to_the_others(
+        store_url: str, tmp_path: Path) -> None:
+    """Eight recoverers over 16 abandoned runs; two of them report from inside node C of
+    the run they continue and are SIGKILLed there. Once their lease runs out those runs
+    read as abandoned again and the six others finish them: every run recovered once, its
+    effect fired once, A and B not run again, C entered a third time only in the two runs
+    whose recoverer died in it."""
+    ledger = tmp_path / "ledger"
+    runs = kill_in_c(store_url, ledger, [f"x{i:02d}" for i in range(16)])
+    k, dying = 8, 2
+    barrier, results, kills, killed = CTX.Barrier(k), CTX.Queue(), CTX.Queue(), CTX.Event()
+    procs = [CTX.Process(target=w.chaos_recoverer,
+                         args=(store_url, runs, barrier, results, kills, killed, i < dying))
+             for i in range(k)]
+    for p in procs:
+        p.start()
+    try:
+        victims = drain(kills, dying, timeout=180)  # (pid, the run it is inside C of)
+    finally:
+        for p in procs[:dying]:  # the dying ones are killed wherever they are
+            assert p.pid is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        killed.set()
+    assert {pid for pid, _ in victims} == {p.pid for p in procs[:dying]}, victims
+    reports = drain(results, k - dying, timeout=240)
+    for p in procs:
+        p.join(60)
+    assert Counter(p.exitcode for p in procs) == \
+        Counter({-signal.SIGKILL: dying, 0: k - dying})
+    recovered = Counter(r for _, done, _, _ in reports for r in done)
+    assert recovered == Counter({r: 1 for r in runs}), recovered
+    assert all(step == "all done" and not failed for _, _, failed, step in reports), reports
+    cut_short = {r for _, r in victims}
+    assert len(cut_short) == dying, victims  # two runs, one each
+    lines = ledger_lines(ledger)
+    counts = Counter(" ".join(line.split()[:3]) for line in lines)
+    for r in runs:
+        assert counts[f"effect charge {r}"] == 1, lines
+        assert (counts[f"enter A {r}"], counts[f"enter B {r}"]) == (1, 1), lines
+        # C: the killed executor, the killed recoverer (in the runs it was in), the
+        # recoverer that finished it
+        assert counts[f"enter C {r}"] == (3 if r in cut_short else 2), lines
+    with open_store(store_url) as store:
+        for r in runs:
+            persistence = RemitStatePersistence(store, run_id=r)
+            persistence.set_graph_types(w.graph)
+            history = asyncio.run(persistence.load_all())
+            assert history[-1].state.log == ["A", f"B:txn-{r}", "C"], history
+            run = store.get_run(r)
+            assert run is not None
+            assert (run.status, run.attempts) == ("done", 3 if r in cut_short else 2), run
 
 
 # ======================================================================== remit worker
