@@ -450,3 +450,36 @@ def test_an_operation_retries_across_a_restart(private_redis: PrivateRedis) -> N
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+def test_a_long_run_listing_is_read_a_page_at_a_time_in_the_same_order(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script blocks the server while it runs, so a listing longer than a page is read
+    page by page (each continuing after the last run of the one before): the same runs
+    in the same order as one read, with and without a limit and a status filter."""
+    import remit_core.store.redis as backend
+
+    with open_store(url) as s:
+        for i in range(11):
+            start = s.start_run(f"paged-{i:02d}", framework="fw", name="g", owner="o")
+            assert start.run is not None
+            if i % 3 == 0:
+                s.end_run(f"paged-{i:02d}", owner="o", fence=start.run.fence, status="done")
+        queries: list[dict[str, Any]] = [
+            {"name": "g"}, {"name": "g", "limit": 8}, {"framework": "fw", "status": "running"},
+            {"name": "g", "status": "done", "limit": 2}]
+        whole = [[i.run_id for i in s.list_runs(**q)] for q in queries]
+        calls = 0
+        page = backend.RedisStore._lifecycles_page
+
+        def counted(self: Any, query: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return page(self, query)
+
+        monkeypatch.setattr(backend, "LIST_PAGE", 3)
+        monkeypatch.setattr(backend.RedisStore, "_lifecycles_page", counted)
+        paged = [[i.run_id for i in s.list_runs(**q)] for q in queries]
+    assert [len(w) for w in whole] == [11, 8, 7, 2]
+    assert paged == whole
+    assert calls == 4 + 3 + 3 + 1  # ceil(11/3) (the last one short), 3 for 8, 3 for 7, 1

@@ -1132,6 +1132,10 @@ def _script_source(body: str, *, writes: bool) -> str:
     return f"{shebang}\n{_PRELUDE}\n{body}"
 
 
+#: the most lifecycles one listing script reads (a longer listing is read page by page)
+LIST_PAGE = 500
+
+
 # ================================================================================= helpers
 
 
@@ -1741,6 +1745,21 @@ class RedisStore(Store):
         return (_lc_row(_hash(h)), float(now)) if h else None
 
     def _list_lifecycles(self, query: RunQuery) -> list[tuple[RunInfo, RunRow, float]]:
+        # A script blocks the server while it runs: a long listing is read a page at a
+        # time, each page continuing after the last run of the one before (a run that
+        # changes meanwhile moves ahead of the listing and may be left out of it).
+        found: list[tuple[RunInfo, RunRow, float]] = []
+        while True:
+            want = LIST_PAGE if query.limit is None else min(LIST_PAGE,
+                                                            query.limit - len(found))
+            page = self._lifecycles_page(dataclasses.replace(query, limit=want))
+            found += page
+            if len(page) < want or (query.limit is not None and len(found) >= query.limit):
+                return found
+            last = page[-1][1]
+            query = dataclasses.replace(query, cursor=(last.updated_at, last.run_id))
+
+    def _lifecycles_page(self, query: RunQuery) -> list[tuple[RunInfo, RunRow, float]]:
         cursor = query.cursor
         before = query.updated_before
         now, res = self._s_list_lc(keys=[self._k.lcl], args=[
