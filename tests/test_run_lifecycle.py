@@ -376,3 +376,24 @@ def test_a_run_waiting_on_an_unregistered_type_does_not_stop_a_listing(
             "[{'value': <unregistered type "
             "tests.test_run_lifecycle:test_a_run_waiting_on_an_unregistered_type_does_not_"
             "stop_a_listing.<locals>.Approval>}]"], shown
+
+
+def test_an_execution_kept_with_its_own_lease_renews_that_lease(store: Store) -> None:
+    """``keep_run(..., lease=)``: the execution's lease is its own, not the store's (2 s
+    here), and the background keeper renews it every third of it."""
+    from remit_core.adapter import keep_run, poll
+
+    run = run_id("short")
+    keeper = keep_run(store, run, framework="fw", name="g", lease=0.6)
+    first = store.get_run(run)
+    assert first is not None and first.status == "running"
+    assert first.lease_until - first.updated_at == pytest.approx(0.6, abs=1e-3)
+
+    def renewed() -> bool | None:
+        now = store.get_run(run)
+        return True if now is not None and now.lease_until > first.lease_until else None
+
+    assert poll(renewed, within=10, pause=0.05, most=0.1)
+    assert keeper.end() == "done"
+    done = store.get_run(run)
+    assert done is not None and done.status == "done"

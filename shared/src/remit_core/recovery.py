@@ -217,8 +217,10 @@ class RunKeeper:
         self._stack.close()
 
 
-def keep_run(store: Store, run_id: str, *, framework: str, name: str) -> RunKeeper:
-    """Start keeping one execution of run ``run_id`` (see the module's docstring).
+def keep_run(store: Store, run_id: str, *, framework: str, name: str,
+             lease: float | None = None) -> RunKeeper:
+    """Start keeping one execution of run ``run_id`` (see the module's docstring), with a
+    lease of ``lease`` seconds (default: the store's), renewed every third of it.
 
     Inside :func:`recovering` of the same run this is the recoverer's execution: it
     re-enters under the recoverer's owner (the recoverer renews the lease). Otherwise it
@@ -235,7 +237,7 @@ def keep_run(store: Store, run_id: str, *, framework: str, name: str) -> RunKeep
         return RunKeeper(store, run_id, RunStart("reentered", run), run.owner,
                          _recovery=recovery)
     owner = new_owner()
-    start = store.start_run(run_id, framework=framework, name=name, owner=owner)
+    start = store.start_run(run_id, framework=framework, name=name, owner=owner, lease=lease)
     keeper = RunKeeper(store, run_id, start, owner)
     if start.outcome == "taken_over":
         log.warning("remit: run %s: %s takes over from %s, whose lease expired", run_id,
@@ -246,13 +248,16 @@ def keep_run(store: Store, run_id: str, *, framework: str, name: str) -> RunKeep
                  start.run.owner if start.run else "?")
     if start.owns:
         keeper._stack.enter_context(store.keep_alive(functools.partial(
-            store.renew_run, run_id, owner=owner, fence=keeper.fence)))
+            store.renew_run, run_id, owner=owner, fence=keeper.fence, lease=lease),
+            lease=lease))
     return keeper
 
 
-async def akeep_run(store: Store, run_id: str, *, framework: str, name: str) -> RunKeeper:
+async def akeep_run(store: Store, run_id: str, *, framework: str, name: str,
+                    lease: float | None = None) -> RunKeeper:
     """:func:`keep_run` off the event loop."""
-    return await asyncio.to_thread(keep_run, store, run_id, framework=framework, name=name)
+    return await asyncio.to_thread(keep_run, store, run_id, framework=framework, name=name,
+                                   lease=lease)
 
 
 # ============================================================================== recovering
