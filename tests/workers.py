@@ -207,6 +207,37 @@ def batch_taker(url: str, framework: str, limit: int, barrier: Any, results: Any
         store.close()
 
 
+def recover_until_done(store: Any, run_ids: list[str], one_pass: Any, passes: int
+                       ) -> tuple[list[str], list[str], str]:
+    """A surviving chaos recoverer: ``one_pass()`` (a recovery pass, returning its report)
+    again each time one of ``run_ids`` reads as abandoned (a killed recoverer's lease ran
+    out), until every one is done, at most ``passes`` passes. Returns (recovered, failed
+    or needing attention, why it stopped)."""
+    from remit_core.adapter import poll
+
+    recovered: list[str] = []
+    failed: list[str] = []
+
+    def next_step() -> str | None:
+        runs = [store.get_run(r) for r in run_ids]
+        if all(r is not None and r.status == "done" for r in runs):
+            return "all done"
+        if any(r is not None and r.status == "abandoned" for r in runs):
+            return "work"
+        return None
+
+    for _ in range(passes):
+        report = one_pass()
+        recovered += report.recovered
+        failed += [*report.failed, *report.attention]
+        step = poll(next_step, within=120, pause=0.05, most=0.25)
+        if step != "work":
+            break
+    else:
+        step = f"gave up after {passes} passes"
+    return sorted(recovered), sorted(failed), str(step)
+
+
 def break_recovery(store: Any) -> None:
     """REMIT_TEST_BREAK=recovery (and =runs in the store's race): the protection off in a
     recoverer. It decides by a read that a run is abandoned and goes on with it

@@ -35,10 +35,9 @@ from crewai.flow.persistence import persist
 from pydantic import BaseModel
 
 from remit_check.crewai.flows import Park
-from remit_core.adapter import poll
 from remit_crewai import RemitFlowPersistence, arecover, durable, effect, recover
 from tests.crewai import _env  # noqa: F401  (before crewai)
-from tests.workers import break_recovery, note
+from tests.workers import break_recovery, note, recover_until_done
 
 NAME = "RecoveryFlow"
 #: the lease of the executors that die: their flows read as abandoned a second later
@@ -275,24 +274,5 @@ def chaos_recoverer(url: str, flow_ids: list[str], barrier: Any, results: Any, k
     if broken:
         break_recovery(store)
     barrier.wait()
-    recovered: list[str] = []
-    failed: list[str] = []
-
-    def next_step() -> str | None:
-        runs = [store.get_run(f) for f in flow_ids]
-        if all(r is not None and r.status == "done" for r in runs):
-            return "all done"
-        if any(r is not None and r.status == "abandoned" for r in runs):
-            return "work"
-        return None
-
-    for _ in range(PASSES):
-        report = recover(flow)
-        recovered += report.recovered
-        failed += [*report.failed, *report.attention]
-        step = poll(next_step, within=120, pause=0.05, most=0.25)
-        if step != "work":
-            break
-    else:
-        step = f"gave up after {PASSES} passes"
-    results.put((os.getpid(), sorted(recovered), sorted(failed), step))
+    results.put((os.getpid(), *recover_until_done(store, flow_ids, lambda: recover(flow),
+                                                  PASSES)))

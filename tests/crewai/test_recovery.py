@@ -54,6 +54,7 @@ from remit_crewai import (
     recover,
 )
 from remit_crewai.recovery import recoverable
+from tests import procs
 from tests.crewai import cw_recovery_workers as w
 from tests.test_races import drain, join_all
 
@@ -255,33 +256,13 @@ def test_recoverers_killed_while_recovering_leave_their_flows_to_the_others(
     ledger = tmp_path / "ledger"
     flow_ids = [f"x{i:02d}" for i in range(16)]
     kill_in_c(store_url, ledger, flow_ids)
-    k, dying = 8, 2
-    barrier, results, kills, killed = CTX.Barrier(k), CTX.Queue(), CTX.Queue(), CTX.Event()
-    procs = [CTX.Process(target=w.chaos_recoverer,
-                         args=(store_url, flow_ids, barrier, results, kills, killed,
-                               i < dying, BREAK == "recovery"))
-             for i in range(k)]
-    for p in procs:
-        p.start()
-    try:
-        victims = drain(kills, dying, timeout=180)  # (pid, the flow it is inside c of)
-    finally:
-        for p in procs[:dying]:  # the dying ones are killed wherever they are
-            assert p.pid is not None
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
-        killed.set()
-    assert {pid for pid, _ in victims} == {p.pid for p in procs[:dying]}, victims
-    reports = drain(results, k - dying, timeout=240)
-    for p in procs:
-        p.join(60)
-    assert Counter(p.exitcode for p in procs) == \
-        Counter({-signal.SIGKILL: dying, 0: k - dying})
+    # victims: (pid, the flow it was inside method c of)
+    victims, reports = procs.chaos(w.chaos_recoverer, lambda *sync: (
+        store_url, flow_ids, *sync, BREAK == "recovery"))
     recovered = Counter(f for _, done, _, _ in reports for f in done)
     assert recovered == Counter({f: 1 for f in flow_ids}), recovered
     assert all(step == "all done" and not failed for _, _, failed, step in reports), reports
     cut_short = {f for _, f in victims}
-    assert len(cut_short) == dying, victims  # two flows, one each
     lines, seen = ledger_lines(ledger), counts(ledger)
     for f in flow_ids:
         assert seen[f"effect charge {f}"] == 1, lines

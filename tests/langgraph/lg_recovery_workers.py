@@ -18,9 +18,8 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from remit_core.adapter import poll
 from remit_langgraph import RemitSaver, arecover, effect, recover
-from tests.workers import break_recovery, note
+from tests.workers import break_recovery, note, recover_until_done
 
 NAME = "recovery-graph"
 #: the lease of the executors that die: their threads read as abandoned a second later
@@ -184,26 +183,6 @@ def chaos_recoverer(url: str, ledger: str, threads: list[str], barrier: Any, res
         if broken:
             break_recovery(saver.store)
         graph = app(saver, ledger)
-        store = saver.store
         barrier.wait()
-        recovered: list[str] = []
-        failed: list[str] = []
-
-        def next_step() -> str | None:
-            runs = [store.get_run(t) for t in threads]
-            if all(r is not None and r.status == "done" for r in runs):
-                return "all done"
-            if any(r is not None and r.status == "abandoned" for r in runs):
-                return "work"
-            return None
-
-        for _ in range(PASSES):
-            report = recover(graph)
-            recovered += report.recovered
-            failed += [*report.failed, *report.attention]
-            step = poll(next_step, within=120, pause=0.05, most=0.25)
-            if step != "work":
-                break
-        else:
-            step = f"gave up after {PASSES} passes"
-        results.put((os.getpid(), sorted(recovered), sorted(failed), step))
+        results.put((os.getpid(), *recover_until_done(saver.store, threads,
+                                                      lambda: recover(graph), PASSES)))

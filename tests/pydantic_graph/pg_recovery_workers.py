@@ -25,9 +25,8 @@ from pydantic_graph import BaseNode, End, GraphRunContext
 from pydantic_graph.graph import Graph
 
 from remit_core import open_store
-from remit_core.adapter import poll
 from remit_pydantic_graph import GraphTarget, RemitStatePersistence, arecover, effect, recover
-from tests.workers import break_recovery, note
+from tests.workers import break_recovery, note, recover_until_done
 
 NAME = "pg-recovery"
 #: the lease of the executors that die: their runs read as abandoned a second later
@@ -207,27 +206,8 @@ def chaos_recoverer(url: str, runs: list[str], barrier: Any, results: Any, kills
         if BROKEN:
             break_recovery(store)
         barrier.wait()
-        recovered: list[str] = []
-        failed: list[str] = []
-
-        def next_step() -> str | None:
-            states = [store.get_run(r) for r in runs]
-            if all(s is not None and s.status == "done" for s in states):
-                return "all done"
-            if any(s is not None and s.status == "abandoned" for s in states):
-                return "work"
-            return None
-
-        for _ in range(PASSES):
-            report = recover(graph, store)
-            recovered += report.recovered
-            failed += [*report.failed, *report.attention]
-            step = poll(next_step, within=120, pause=0.05, most=0.25)
-            if step != "work":
-                break
-        else:
-            step = f"gave up after {PASSES} passes"
-        results.put((os.getpid(), sorted(recovered), sorted(failed), step))
+        results.put((os.getpid(), *recover_until_done(store, runs,
+                                                      lambda: recover(graph, store), PASSES)))
     finally:
         store.close()
 

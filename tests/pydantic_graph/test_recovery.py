@@ -23,7 +23,6 @@ recoverers, and the race and chaos tests fail.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
@@ -422,32 +421,12 @@ def test_recoverers_killed_while_recovering_leave_their_runs_to_the_others(
     whose recoverer died in it."""
     ledger = tmp_path / "ledger"
     runs = kill_in_c(store_url, ledger, [f"x{i:02d}" for i in range(16)])
-    k, dying = 8, 2
-    barrier, results, kills, killed = CTX.Barrier(k), CTX.Queue(), CTX.Queue(), CTX.Event()
-    procs = [CTX.Process(target=w.chaos_recoverer,
-                         args=(store_url, runs, barrier, results, kills, killed, i < dying))
-             for i in range(k)]
-    for p in procs:
-        p.start()
-    try:
-        victims = drain(kills, dying, timeout=180)  # (pid, the run it is inside C of)
-    finally:
-        for p in procs[:dying]:  # the dying ones are killed wherever they are
-            assert p.pid is not None
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
-        killed.set()
-    assert {pid for pid, _ in victims} == {p.pid for p in procs[:dying]}, victims
-    reports = drain(results, k - dying, timeout=240)
-    for p in procs:
-        p.join(60)
-    assert Counter(p.exitcode for p in procs) == \
-        Counter({-signal.SIGKILL: dying, 0: k - dying})
+    # victims: (pid, the run it was inside C of)
+    victims, reports = procs.chaos(w.chaos_recoverer, lambda *sync: (store_url, runs, *sync))
     recovered = Counter(r for _, done, _, _ in reports for r in done)
     assert recovered == Counter({r: 1 for r in runs}), recovered
     assert all(step == "all done" and not failed for _, _, failed, step in reports), reports
     cut_short = {r for _, r in victims}
-    assert len(cut_short) == dying, victims  # two runs, one each
     lines = ledger_lines(ledger)
     counts = Counter(" ".join(line.split()[:3]) for line in lines)
     for r in runs:
