@@ -98,6 +98,8 @@ def test_a_read_only_store_refuses_writes(tmp_path: Path) -> None:
         assert [r.run_id for r in ro.list_runs()] == ["run-1"]
         with pytest.raises(StoreConfigError, match="read-only"):
             ro.put_checkpoint("run-1", "c2", parent_id="c1")
+        with pytest.raises(StoreConfigError, match="read-only"):
+            ro.take_runs(framework="fw", owner="o", limit=1)
     with open_store(url) as s:
         assert s.get_checkpoint("run-1").checkpoint_id == "c1"  # type: ignore[union-attr]
 

@@ -86,7 +86,7 @@ _WRITES = frozenset({
     "_write_checkpoint", "_write_writes", "_delete_run", "_copy_run", "_prune_run",
     "_delete_executions", "_start_receipt", "_complete_receipt", "_release_receipt",
     "_renew_receipt", "_resolve_receipt", "_reset_receipt", "_claim", "_consume_claim",
-    "_release_claim", "_renew_claim", "_start_run", "_end_run", "_renew_run"})
+    "_release_claim", "_renew_claim", "_start_run", "_take_runs", "_end_run", "_renew_run"})
 
 P = ParamSpec("P")
 T = TypeVar("T")
