@@ -278,3 +278,22 @@ def test_recoverers_killed_while_recovering_leave_their_threads_to_the_others(
         # c: the killed executor, the killed recoverer (for the threads it was in), the
         # recoverer that finished it
         assert counts[f"enter c {t}"] == (3 if t in cut_short else 2), lines
+
+
+def test_a_worker_for_a_langgraph_app_imports_no_other_framework(tmp_path: Path) -> None:
+    """``remit worker`` loads the recognisers of the frameworks the app imported first; the
+    other adapters (and so CrewAI, whose import takes seconds) are loaded only for an
+    object none of those recognise."""
+    script = (
+        "import sys\n"
+        "from remit_core.worker import load_app, targets_for\n"
+        "targets = targets_for(load_app('tests.langgraph.lg_recovery_workers:worker_app'),"
+        " sys.argv[1])\n"
+        "print([t.framework for t in targets], 'crewai' in sys.modules,"
+        " 'pydantic_graph' in sys.modules)\n"
+        "for t in targets: t.close()\n")
+    out = subprocess.run([sys.executable, "-c", script, f"sqlite:///{tmp_path}/s.db"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "REMIT_TEST_LEDGER": str(tmp_path / "ledger")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == "['langgraph'] False False", out.stdout

@@ -102,8 +102,10 @@ def targets_for(objects: Sequence[Any], store_url: str | None = None) -> list[Re
     installed adapter recognises, and the adapters installed."""
     targets: list[Recoverable] = []
     for obj in objects:
-        for recognisers in (_recognisers(imported_only=True), _recognisers()):
-            target = next((t for fn in recognisers.values()
+        # every adapter is loaded only for an object no imported framework recognises
+        # (loading them all would import every installed framework: seconds for CrewAI)
+        for imported_only in (True, False):
+            target = next((t for fn in _recognisers(imported_only=imported_only).values()
                            if (t := fn(obj, store_url)) is not None), None)
             if target is not None:
                 targets.append(target)
