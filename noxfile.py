@@ -156,7 +156,8 @@ def pydantic_graph(session: nox.Session, version: str, store: str) -> None:
 
 # What the released test suites import beyond the framework (tests/upstream/run.py
 # downloads the suite itself with pip download).
-UPSTREAM_TOOLS = locked("pytest", "pytest-timeout", "pytest-mock", "syrupy", "pip")
+UPSTREAM_TOOLS = locked("pytest", "pytest-timeout", "pytest-xdist", "pytest-mock", "syrupy",
+                        "pip")
 # langgraph 1.0.0 allows langgraph-prebuilt 1.0.x, whose newest releases import what
 # langgraph 1.0.0 does not have (langgraph.runtime.ExecutionInfo), and its stock
 # AsyncSqliteSaver (langgraph-checkpoint-sqlite 2.0.x) calls aiosqlite's

@@ -82,6 +82,7 @@ from remit_core.store import Store, chunks, decisions
 from remit_core.store.decisions import Verdict
 from remit_core.store.redis import RedisStore
 from remit_core.store.sql import SqlStore
+from tests.conftest import FULL
 
 # ------------------------------------------------------------------------------------ pools
 
@@ -103,8 +104,12 @@ LONG = 60.0  # never expires within an example
 TINY = 0.001  # expired before the next step (the machine waits for it)
 EXPIRY_WAIT = 5.0  # bound on that wait
 
+#: examples per backend: 100 in the default run, 200 under REMIT_FULL / a nox session
+#: (REMIT_MODEL_EXAMPLES sets any other number)
+EXAMPLES = 200 if FULL else 100
+
 SETTINGS = settings(
-    max_examples=200,
+    max_examples=EXAMPLES,
     stateful_step_count=20,
     deadline=None,
     print_blob=True,

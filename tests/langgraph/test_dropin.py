@@ -539,6 +539,8 @@ def _in_fresh_process(url: str, thread_id: str, mode: str, step: str) -> Any:
         return run(graph, Command(resume="yes"), config, mode)
 
 
+# (three spawned interpreters each: on PostgreSQL and Redis under REMIT_FULL / nox)
+@pytest.mark.slow
 def test_a_fresh_process_reads_the_graphs_own_types(store_url: str, mode: str) -> None:
     """A reader that never wrote the thread's values -- a recovery worker, another host --
     rebuilds the classes the graph's state declares, without schema=: the graph's channel

@@ -139,6 +139,8 @@ def test_another_process_is_told_to_allow_a_local_class(store_url: str) -> None:
     assert "define it at module level" in message
 
 
+# (spawned interpreters: on PostgreSQL and Redis under REMIT_FULL / nox)
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["allow", "schema"])
 def test_another_process_reads_a_class_it_allowed(store_url: str, how: str) -> None:
     thread = uuid.uuid4().hex

@@ -31,7 +31,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def write() -> None:
     """Write the outcomes, as JSON lines, to ``REMIT_UPSTREAM_REPORT`` (if set)."""
     path = os.environ.get("REMIT_UPSTREAM_REPORT")
-    if not path:
+    # (under pytest-xdist the controller gets every worker's reports and writes them all;
+    # a worker has only its own share)
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     with open(path, "w", encoding="utf-8") as out:
         for entry in _outcomes.values():
