@@ -167,6 +167,25 @@ def die_in_c(url: str, ledger: str, runs: list[str], conn: Connection,
     conn.recv()  # blocks until the parent kills this process
 
 
+def stock_die_in_c(path: str, ledger: str, run: str, conn: Connection) -> None:
+    """Run ``run`` of ``graph`` on pydantic-graph's own ``FileStatePersistence`` (the stock
+    layer, not remit: ``charge`` runs as a plain call) until it is in node C; report that,
+    then block until the parent SIGKILLs this process (C's snapshot stays ``running``)."""
+    global _stop
+    from pathlib import Path
+
+    from pydantic_graph.persistence.file import FileStatePersistence
+
+    def stop(arrived: str) -> None:
+        conn.send(("in C", arrived))
+        conn.recv()  # never answered: the parent SIGKILLs this process here
+
+    _stop = stop
+    stock: FileStatePersistence[Job, str] = FileStatePersistence(Path(path))
+    asyncio.run(graph.run(A(), state=Job(run=run, ledger=ledger), persistence=stock))
+    conn.send(("error", f"{run}: ended instead of stopping in C"))
+
+
 def recoverer(url: str, barrier: Any, results: Any, api: str) -> None:
     """Call recover (or arecover) at the same moment as the other recoverers and report
     what it recovered. With REMIT_TEST_BREAK=recovery the protection is off: each

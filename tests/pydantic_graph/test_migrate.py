@@ -1,10 +1,22 @@
 """``remit migrate pydantic-graph``: stock FileStatePersistence files become remit runs,
-on every backend. The files are written by pydantic-graph's own FileStatePersistence."""
+on every backend. The files are written by pydantic-graph's own FileStatePersistence.
+
+An imported run is kept in the run lifecycle as remit would have kept it (the last
+section): a stock run SIGKILLed inside a node, in a real child process that reports when
+it is there (no sleeps), reads as abandoned, and ``recover(graph, url)`` finds it by the
+graph's name and finishes it, the nodes that finished under the stock layer not run again
+(a ledger of node entries is the oracle); a finished one reads as done, a failed one as
+failed, one stopped between nodes as parked. Importing again never changes a lifecycle
+that an import or a remit execution recorded."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +28,17 @@ from pydantic_graph.graph import Graph
 from pydantic_graph.persistence.file import FileStatePersistence
 
 from remit_core.cli import main
-from remit_pydantic_graph import ConsumeConflict, CorruptRecord, RemitStatePersistence, open_store
-from remit_pydantic_graph.migrate import MigrationError, migrate
+from remit_pydantic_graph import (
+    ConsumeConflict,
+    CorruptRecord,
+    RemitStatePersistence,
+    open_store,
+    recover,
+)
+from remit_pydantic_graph.migrate import OWNER_PREFIX, MigrationError, migrate
+from remit_pydantic_graph.persistence import graph_name
+from tests import procs
+from tests.pydantic_graph import pg_recovery_workers as rw
 from tests.pydantic_graph import pg_workers as w
 
 
@@ -352,3 +373,247 @@ def test_the_cli(store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "MigrationError" in err and str(empty) in err
     with open_store(store_url) as store:
         assert {r.run_id for r in store.list_runs()} == {"cli"}
+
+
+# ============================================================== the run lifecycle of an import
+
+
+def ledger_counts(ledger: Path) -> Counter[str]:
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    return Counter(" ".join(line.split()[:3]) for line in lines)
+
+
+def stock_killed_in_c(path: Path, ledger: Path, run: str) -> None:
+    """A real process runs ``run`` of the recovery graph (A -> B (effect) -> C) on the stock
+    FileStatePersistence, reports from inside node C, and is SIGKILLed there."""
+    parent, child = procs.CTX.Pipe()
+    proc = procs.CTX.Process(target=rw.stock_die_in_c, args=(str(path), str(ledger), run, child))
+    proc.start()
+    child.close()  # so that a child that dies early reads as EOF, not as a hang
+    try:
+        assert parent.poll(120), "the stock child never reached node C"
+        assert parent.recv() == ("in C", run)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.join(30)
+    assert proc.exitcode == -signal.SIGKILL
+
+
+def inspected(url: str, status: str, capsys: pytest.CaptureFixture[str]) -> list[tuple[str, ...]]:
+    """``remit inspect URL --status STATUS``: (run id, status, framework, name) per run."""
+    capsys.readouterr()
+    assert main(["inspect", url, "--status", status, "--json"]) == 0
+    return [(r["run_id"], r["status"], r["framework"], r["name"])
+            for r in json.loads(capsys.readouterr().out)["runs"]]
+
+
+def test_a_stock_run_killed_mid_node_is_recovered_after_the_import(
+        store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGKILL inside C under the stock layer (C left 'running'); imported with the graph,
+    the run is abandoned under the graph's name, so recover() finds it with no run id and
+    finishes it: A and B (and B's effect) not again, C once more. A second recovery, and a
+    second import, change nothing."""
+    ledger, path = tmp_path / "ledger", tmp_path / "k1.json"
+    stock_killed_in_c(path, ledger, "k1")
+    assert statuses(asyncio.run(stock(path, rw.graph).load_all())) == [
+        ("A", "success"), ("B", "success"), ("C", "running")]
+    report = migrate(path, store_url, run_id="k1", graph=rw.graph)
+    with open_store(store_url) as store:
+        run = store.get_run("k1")
+        assert run is not None
+        assert (run.framework, run.name, run.status, run.attempts) == \
+            ("pydantic-graph", rw.NAME, "abandoned", 1)
+        assert any("abandoned" in n and "recover(graph" in n for n in report.notes), \
+            report.notes
+        assert [r.run_id for r in store.list_runs(status="abandoned", framework="pydantic-graph",
+                                                  name=rw.NAME)] == ["k1"]
+    assert inspected(store_url, "abandoned", capsys) == [
+        ("k1", "abandoned", "pydantic-graph", rw.NAME)]
+
+    recovered = recover(rw.graph, store_url)
+    assert (recovered.recovered, recovered.failed, recovered.skipped) == (["k1"], {}, [])
+    assert ledger_counts(ledger) == Counter({"enter A k1": 1, "enter B k1": 1,
+                                             "effect charge k1": 1, "enter C k1": 2})
+    history = asyncio.run(remit(store_url, "k1", rw.graph).load_all())
+    assert statuses(history) == [("A", "success"), ("B", "success"), ("C", "success"),
+                                 ("end", "end")]
+    assert history[-1].state.log == ["A", "B:txn-k1", "C"]
+    with open_store(store_url) as store:
+        done = store.get_run("k1")
+        assert done is not None and (done.status, done.attempts, done.name) == \
+            ("done", 2, rw.NAME)
+        assert recover(rw.graph, store_url).total == 0  # nothing is left
+        again = migrate(path, store_url, run_id="k1", graph=rw.graph)
+        assert (again.checkpoints, again.writes, again.skipped) == (0, 0, 3)
+        assert store.get_run("k1") == done
+    assert inspected(store_url, "done", capsys) == [("k1", "done", "pydantic-graph", rw.NAME)]
+    assert inspected(store_url, "abandoned", capsys) == []
+
+
+def test_a_stock_run_killed_mid_node_imported_by_the_cli_is_recovered(
+        store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without the graph (the command line) the run is kept under its first node's id, the
+    name remit gives a graph without one: recover() of such a graph finds it. B was killed
+    after its effect, which the stock layer called without a receipt: it fires again."""
+    ledger, path = tmp_path / "ledger.txt", tmp_path / "order.json"
+    parent, child = procs.CTX.Pipe()
+    proc = procs.CTX.Process(target=w.stock_run_and_hang, args=(str(path), str(ledger), child))
+    proc.start()
+    child.close()
+    try:
+        assert parent.poll(120) and parent.recv() == "charged"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.join(30)
+    assert proc.exitcode == -signal.SIGKILL
+    assert main(["migrate", "pydantic-graph", "--from", str(path), "--to", store_url,
+                 "--run-id", "cli-k"]) == 0
+    printed = capsys.readouterr().out
+    assert inspected(store_url, "abandoned", capsys) == [
+        ("cli-k", "abandoned", "pydantic-graph", "A")]
+    assert "kept in the run lifecycle as abandoned" in printed, printed
+
+    unnamed = Graph(nodes=[w.A, w.B, w.C])  # the order graph, never named
+    assert graph_name(unnamed) == "A"
+    report = recover(unnamed, store_url, deps=w.Deps(str(ledger)))
+    assert (report.recovered, report.failed) == (["cli-k"], {})
+    entries = w.lines(str(ledger))
+    assert Counter(" ".join(e.split()[:2]) for e in entries) == Counter(
+        {"enter A": 1, "enter B": 2, "effect charge": 2, "enter C": 1}), entries
+    history = asyncio.run(remit(store_url, "cli-k", w.order_graph).load_all())
+    assert history[-1].result.data == 11 and history[-1].state == w.Order(x=11,
+                                                                          log=["txn-10", "C"])
+    assert inspected(store_url, "done", capsys) == [("cli-k", "done", "pydantic-graph", "A")]
+    assert recover(unnamed, store_url, deps=w.Deps(str(ledger))).total == 0
+
+
+@pytest.mark.parametrize("with_graph", [True, False], ids=["graph", "raw"])
+def test_a_finished_stock_run_imports_as_done(store_url: str, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str],
+                                              with_graph: bool) -> None:
+    ledger, path = tmp_path / "ledger", tmp_path / "f1.json"
+    s: FileStatePersistence[Any, Any] = FileStatePersistence(path)
+    asyncio.run(rw.graph.run(rw.A(), state=rw.Job(run="f1", ledger=str(ledger)),
+                             persistence=s))
+    report = migrate(path, store_url, run_id="f1", graph=rw.graph if with_graph else None)
+    name = rw.NAME if with_graph else "A"  # without the graph: the first node's id
+    with open_store(store_url) as store:
+        run = store.get_run("f1")
+        assert run is not None
+        assert (run.framework, run.name, run.status, run.owner, run.attempts, run.error) == \
+            ("pydantic-graph", name, "done", None, 1, None)
+        assert any(f"kept in the run lifecycle as done (framework 'pydantic-graph', name "
+                   f"{name!r})" in n for n in report.notes), report.notes
+        assert [r.run_id for r in store.list_runs(status="done")] == ["f1"]
+        assert recover(rw.graph, store, name=name).total == 0  # done: not recovered
+        assert store.get_run("f1") == run
+    assert inspected(store_url, "done", capsys) == [("f1", "done", "pydantic-graph", name)]
+
+
+def stock_pending(path: Path, ledger: str) -> None:
+    """Parked before B on the stock layer, then B taken by the stock load_next ('pending')
+    and left there (the human-in-the-loop pattern stopped before its answer)."""
+    asyncio.run(stock_park(path, ledger))
+    assert asyncio.run(stock(path, w.order_graph).load_next()) is not None
+
+
+@pytest.mark.parametrize("how", ["created", "pending", "running", "gap", "error"])
+def test_each_stock_head_is_kept_as_remit_would_have_kept_it(store_url: str, tmp_path: Path,
+                                                             how: str) -> None:
+    """'created' / 'pending' (between nodes): parked at that snapshot, left to the app's
+    resume, as remit keeps a block left between nodes; 'running' and the gap (the process
+    died in or after the node): abandoned, which recover() finishes; 'error': failed, with
+    what the import knows of the error, which recover(retry_failed=True) retries."""
+    ledger, path = str(tmp_path / "ledger.txt"), tmp_path / "run.json"
+    graph: Graph[Any, Any, Any] = w.order_graph if how in ("created", "pending") else work_graph
+    if how == "created":
+        asyncio.run(stock_park(path, ledger))
+    elif how == "pending":
+        stock_pending(path, ledger)
+    else:
+        stock_stranded(path, "running" if how == "gap" else how)
+        if how == "gap":
+            items = json.loads(path.read_text())
+            items[-1].update(status="success", duration=0.25)
+            path.write_text(json.dumps(items))
+    head = asyncio.run(stock(path, graph).load_all())[-1]
+    migrate(path, store_url, run_id="r", graph=graph)
+    name = graph_name(graph)
+    with open_store(store_url) as store:
+        run = store.get_run("r")
+        assert run is not None and (run.framework, run.name, run.attempts) == \
+            ("pydantic-graph", name, 1)
+        if how in ("created", "pending"):
+            assert (run.status, run.owner) == ("parked", None)
+            assert run.waiting == {"snapshot": head.id, "node": "B",
+                                   "migrated_from": "FileStatePersistence"}
+            assert recover(graph, store).total == 0  # parked: the app resumes it
+            result = asyncio.run(finish(graph, remit(store_url, "r", graph), w.Deps(ledger)))
+            assert result.output == 11
+        elif how == "error":
+            assert run.status == "failed" and run.error["type"] == "FileStatePersistence"
+            assert "keeps no error message" in run.error["message"]
+            assert recover(graph, store).total == 0  # failed: retried only when asked
+            assert recover(graph, store, retry_failed=True).recovered == ["r"]
+            assert MODE["runs"] == 1
+        else:
+            assert run.status == "abandoned"
+            assert recover(graph, store).recovered == ["r"]
+            assert MODE["runs"] == 1
+        after = store.get_run("r")
+        assert after is not None and (after.status, after.attempts) == ("done", 2)
+        assert recover(graph, store, retry_failed=True).total == 0
+
+
+def test_the_lifecycle_is_recorded_once_and_never_over_a_remit_execution(
+        store_url: str, tmp_path: Path) -> None:
+    """Importing the same file again leaves the lifecycle as the first import recorded it,
+    and after a remit execution as that one recorded it; a file that grew (the stock run
+    went on) brings the import's own record up to date."""
+    ledger, path = str(tmp_path / "ledger.txt"), tmp_path / "order.json"
+    asyncio.run(stock_park(path, ledger))
+    migrate(path, store_url, run_id="order")
+    with open_store(store_url) as store:
+        first = store.get_run("order")
+        assert first is not None and first.status == "parked"
+        again = migrate(path, store_url, run_id="order", graph=w.order_graph)
+        assert store.get_run("order") == first  # the same, updated_at included
+        assert any("lifecycle was recorded before (parked" in n and "left as it is" in n
+                   for n in again.notes), again.notes
+
+        # a remit execution loads B and leaves the block: it records its own parked
+        async def load_and_leave() -> None:
+            async with w.order_graph.iter_from_persistence(
+                    remit(store_url, "order", w.order_graph), deps=w.Deps(ledger)):
+                pass
+
+        asyncio.run(load_and_leave())
+        by_remit = store.get_run("order")
+        assert by_remit is not None and (by_remit.status, by_remit.attempts) == ("parked", 2)
+        migrate(path, store_url, run_id="order")
+        assert store.get_run("order") == by_remit
+
+        # the stock run goes on (in another file, the same history): the grown file's import
+        # brings its own record up to date, and never a remit execution's
+        grown = tmp_path / "grown.json"
+        asyncio.run(stock_park(grown, ledger))
+        migrate(grown, store_url, run_id="stock", graph=w.order_graph)
+        asyncio.run(finish(w.order_graph, stock(grown, w.order_graph), w.Deps(ledger)))
+        report = migrate(grown, store_url, run_id="stock", graph=w.order_graph)
+        assert report.checkpoints == 2
+        ended = store.get_run("stock")
+        assert ended is not None and (ended.status, ended.attempts) == ("done", 2)
+        assert migrate(grown, store_url, run_id="stock").checkpoints == 0
+        assert store.get_run("stock") == ended
+
+        # an import that died between its start and its end, and whose lease ran out, is
+        # repaired by the next import (under the name given)
+        assert store.start_run("half", framework="pydantic-graph", name="orders",
+                               owner=f"{OWNER_PREFIX}dead", lease=0.0).owns
+        migrate(path, store_url, run_id="half", name="orders")
+        half = store.get_run("half")
+        assert half is not None and (half.status, half.name, half.attempts) == \
+            ("parked", "orders", 2)
+        assert half.waiting["snapshot"] == first.waiting["snapshot"]

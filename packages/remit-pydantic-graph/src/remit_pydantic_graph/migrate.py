@@ -39,6 +39,50 @@ successor (the stock layer's gap: the process stopped after the node and before 
 successor was written), so its result is lost; it is imported as ``running``, and the
 next resume runs it again.
 
+The run lifecycle: the import keeps the run in the store's lifecycle (``Store.start_run``
+/ ``end_run``, framework ``pydantic-graph``) as remit would have kept it had the run been
+executed under remit, so that ``Store.list_runs(status=...)``, ``remit inspect --status``
+and :func:`remit_pydantic_graph.recover` see it before it is next executed:
+
+* an End snapshot last: ``done``;
+* ``error``: ``failed``, its error ``{"type": "FileStatePersistence", "message": ...}``
+  (the stock file keeps no exception type or message); ``recover(...,
+  retry_failed=True)`` runs the node again;
+* ``running``, or ``success`` without a successor (the gap): ``abandoned``: the stock
+  process died with the run's execution running, so the run is started with a lease that
+  has run out already, as a dead executor leaves it; ``recover()`` finds it at once and
+  finishes it, the node that was running run again (its effects had no receipts);
+* ``created`` or ``pending``: ``parked``, waiting at that snapshot, as a remit block left
+  between nodes records it (a block that stops after ``load_next`` too): no node was
+  running, and pydantic-graph's human-in-the-loop pattern stops exactly there on purpose,
+  to replace the parked node with one built from an answer, so a recovery must not run
+  it. The app's next resume continues it as before. (A stock process that died between
+  nodes cannot be told from one that stopped there: it is parked too.)
+
+The name is the graph's (``graph_name``: what ``recover(graph, url)`` looks for), or
+``name=``; without the graph (the command line) it is the id of the run's first node,
+which is the name remit keeps an unnamed graph's runs under when that node comes first
+in its ``nodes`` (``infer_name=False``); a report note says which name was used, and
+``recover(graph, url, name=...)`` finds the run under it. The next execution under remit
+keeps the run under its graph's name from then on.
+
+A lifecycle already recorded is never overwritten: importing the same file again leaves
+it as it is, and so does an import after a remit execution (that execution's record
+stands, and a run whose head moved on under remit is not touched at all). Only the
+import's own record, untouched since, is brought up to date when the file now says
+otherwise (the stock run went on and the file grew, or an import died between recording
+the start and the end). A run imported before the import kept lifecycles gets one when
+it is imported again.
+
+What remit-core does not offer: recording a lifecycle only where none exists, or a
+whole ended one, in one atomic operation. ``start_run`` and ``end_run`` are two, and a
+``get_run`` before them a third: a remit execution of the run that starts *and ends*
+between the ``get_run`` and the ``start_run`` (milliseconds, during an import, which the
+docs ask to make with the stock application stopped) is overwritten (logged), and an
+import that dies between ``start_run`` and ``end_run`` leaves the run ``running`` until
+the store's lease runs out (then abandoned; importing again repairs it, but a recovery
+that comes first continues it).
+
 Importing again is idempotent: snapshots already present (same id, parent and data)
 are counted as skipped and nothing is stored twice; a file that has grown since is
 imported from where the last import stopped. A history that disagrees with the run
@@ -51,29 +95,49 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import pydantic
 from pydantic_graph.graph import Graph
 from pydantic_graph.persistence import SnapshotStatus
 
 from remit_core import ConsumeConflict, StateValidationError, Store, open_store
-from remit_core.adapter import MigrationError, MigrationReport
+from remit_core.adapter import MigrationError, MigrationReport, RunState, new_owner
 from remit_pydantic_graph.persistence import (
+    DEFAULT_NAME,
+    FRAMEWORK,
     KIND,
     START,
     STATUSES,
     RemitStatePersistence,
+    graph_name,
     parent_facts,
 )
 
 __all__ = ["MigrationError", "MigrationReport", "amigrate", "migrate"]
 
+log = logging.getLogger("remit")
+
 _TS: pydantic.TypeAdapter[datetime] = pydantic.TypeAdapter(datetime)
+
+Kept = Literal["abandoned", "parked", "done", "failed"]
+"""The lifecycle an import records: ``abandoned`` is ``running`` with a lease run out."""
+
+MIGRATED_FROM = "FileStatePersistence"
+"""What an imported run's records say they came from (checkpoint metadata, the waiting
+of a parked lifecycle, the type of a failed one's error)."""
+STOCK_ERROR = ("the node raised under pydantic-graph's FileStatePersistence, which keeps no "
+               "error message (imported by remit migrate)")
+"""All the import knows of a stock node's error (the stock file records only the status)."""
+OWNER_PREFIX = f"migrate:{MIGRATED_FROM}:"
+"""The owner of an imported run's lifecycle while it reads ``running``: an abandoned run
+whose owner starts with it was left so by an import, and by nothing since (an executor's
+owner is ``host:pid:nonce``, never this)."""
 
 
 @dataclass
@@ -95,6 +159,7 @@ def migrate(
     *,
     run_id: str | None = None,
     graph: Graph[Any, Any, Any] | None = None,
+    name: str | None = None,
 ) -> MigrationReport:
     """Import the ``FileStatePersistence`` file ``source`` into the remit store ``target``
     (a URL, or an opened :class:`~remit_core.Store`) as run ``run_id``.
@@ -105,11 +170,18 @@ def migrate(
     :class:`~remit_core.migrate.MigrationError` naming the file when it is missing,
     empty, cut short or not a snapshot history, or when ``run_id`` holds another
     history; nothing is stored then. From async code, ``await amigrate(...)``.
+
+    The run is kept in the store's run lifecycle as remit would have kept it (see the
+    module docstring), under the framework ``"pydantic-graph"`` and ``name``: by default
+    the graph's (:func:`~remit_pydantic_graph.persistence.graph_name`, the name
+    :func:`~remit_pydantic_graph.recover` looks for), and without ``graph`` the id of the
+    run's first node (the name remit gives a graph that has none, when that node is its
+    first).
     """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(amigrate(source, target, run_id=run_id, graph=graph))
+        return asyncio.run(amigrate(source, target, run_id=run_id, graph=graph, name=name))
     raise RuntimeError("migrate() was called inside a running event loop; "
                        "use `await amigrate(...)` there")
 
@@ -120,6 +192,7 @@ async def amigrate(
     *,
     run_id: str | None = None,
     graph: Graph[Any, Any, Any] | None = None,
+    name: str | None = None,
 ) -> MigrationReport:
     """:func:`migrate`, as a coroutine."""
     if not run_id:
@@ -135,7 +208,8 @@ async def amigrate(
             p.set_graph_types(graph)
             _check_types(p, path, history)
         report = MigrationReport(source=str(path), target=store.url)
-        await _import(p, path, history, report, checked=graph is not None)
+        await _import(p, path, history, report, checked=graph is not None,
+                      name=name or _lifecycle_name(graph, history))
         return report
     finally:
         if isinstance(target, str):
@@ -244,7 +318,7 @@ def _check_types(p: RemitStatePersistence[Any, Any], path: Path, history: list[_
 
 
 async def _import(p: RemitStatePersistence[Any, Any], path: Path, history: list[_Stock],
-                  report: MigrationReport, *, checked: bool) -> None:
+                  report: MigrationReport, *, checked: bool, name: str) -> None:
     run_id, store = p.run_id, p.store
     stored = await p._io(lambda: list(store.list_checkpoints(run_id, with_writes=False)))
     by_id = {ck.checkpoint_id: ck for ck in stored}
@@ -285,7 +359,7 @@ async def _import(p: RemitStatePersistence[Any, Any], path: Path, history: list[
         else:
             metadata = parent_facts(cast(SnapshotStatus, prev.status), prev.start_ts,
                                     prev.duration)
-        metadata["migrated_from"] = "FileStatePersistence"
+        metadata["migrated_from"] = MIGRATED_FROM
         try:
             await p._put(snap.id, parent=parents[i], data=snap.data, step=snap.id,
                          metadata=metadata, check=checked)
@@ -298,9 +372,13 @@ async def _import(p: RemitStatePersistence[Any, Any], path: Path, history: list[
         report.checkpoints += 1
     report.skipped = present
     report.runs = 1 if report.checkpoints else 0
+    lifecycle: str | None = None
     if history:
         report.writes = await _settle_head(p, history[-1])
+        lifecycle = await _settle_lifecycle(p, history[-1], name)
     _explain(p, history, report, checked=checked)
+    if lifecycle is not None:
+        report.notes.append(lifecycle)
 
 
 async def _settle_head(p: RemitStatePersistence[Any, Any], last: _Stock) -> int:
@@ -313,10 +391,118 @@ async def _settle_head(p: RemitStatePersistence[Any, Any], last: _Stock) -> int:
     if await p._io(p.store.get_claim, p._key(last.id)) is not None:
         return 0  # settled by an earlier import, or claimed under remit since
     status: SnapshotStatus = "running" if last.status == "success" else last.status
-    return await p._adopt_head(
-        last.id, status, start_ts=last.start_ts, duration=last.duration,
-        message="the node raised under pydantic-graph's FileStatePersistence, which keeps no "
-                "error message (imported by remit migrate)")
+    return await p._adopt_head(last.id, status, start_ts=last.start_ts,
+                               duration=last.duration, message=STOCK_ERROR)
+
+
+# =========================================================================== run lifecycle
+
+
+def _lifecycle_name(graph: Graph[Any, Any, Any] | None, history: list[_Stock]) -> str:
+    """The name the run is kept under: the graph's as the adapter keeps it, else (no graph,
+    the command line) the id of the run's first node, which is the graph's name in remit
+    when the graph has none and that node comes first in its ``nodes``."""
+    if graph is not None:
+        return graph_name(graph)
+    first = next((s for s in history if s.kind == "node"), None)
+    return str(first.data["node"]["node_id"]) if first is not None else DEFAULT_NAME
+
+
+def _lifecycle_of(last: _Stock) -> tuple[Kept, Any]:
+    """The lifecycle remit would have recorded for a run that stopped at ``last``, with what
+    goes with it (the ``waiting`` of a parked run, the ``error`` of a failed one):
+
+    * an End snapshot: ``done``;
+    * ``error``: ``failed``, with what the import knows of the error (the stock file
+      keeps no type or message);
+    * ``running``, or ``success`` without a successor (the stock layer's gap): the process
+      died inside the node or right after it, with the run's execution running:
+      ``abandoned`` (running, with a lease that has run out), which a recovery continues;
+    * ``created`` or ``pending``: no node was running, the run stopped between nodes, which
+      a remit block records as ``parked`` at the snapshot met last (pydantic-graph's
+      human-in-the-loop pattern stops there on purpose, so a recovery must not run it).
+    """
+    if last.kind == "end":
+        return "done", None
+    if last.status == "error":
+        return "failed", {"type": MIGRATED_FROM, "message": STOCK_ERROR}
+    if last.status in ("running", "success"):
+        return "abandoned", None
+    return "parked", {"snapshot": last.id, "node": str(last.data["node"]["node_id"]),
+                      "migrated_from": MIGRATED_FROM}
+
+
+def _imported(run: RunState) -> bool:
+    """The lifecycle is as an import left it, and nothing executed the run since (an
+    execution under remit records its own owner, waiting and error)."""
+    if run.status == "parked":
+        return isinstance(run.waiting, dict) and run.waiting.get("migrated_from") == MIGRATED_FROM
+    if run.status == "failed":
+        return isinstance(run.error, dict) and run.error.get("type") == MIGRATED_FROM
+    return run.status == "abandoned" and (run.owner or "").startswith(OWNER_PREFIX)
+
+
+def _same(run: RunState, status: Kept, detail: Any) -> bool:
+    return run.status == status and (
+        run.waiting if status == "parked" else run.error if status == "failed" else None
+    ) == detail
+
+
+async def _settle_lifecycle(p: RemitStatePersistence[Any, Any], last: _Stock,
+                            name: str) -> str | None:
+    """Keep the imported run in the store's run lifecycle (``Store.start_run`` /
+    ``end_run``), as :func:`_lifecycle_of` says; a note for the report saying what was
+    recorded or left as it was, or None (the run went on under remit).
+
+    Only while the run's head is the file's last snapshot (a run that went on under remit
+    is kept by its executions), and never over a lifecycle already recorded: the same
+    file imported again changes nothing, and an execution's record stands. The one
+    exception is the import's own record, untouched since (:func:`_imported`), when the
+    file now says otherwise (the stock run went on and the file grew, or an import died
+    between its start and its end): it is brought up to date.
+    """
+    store, run_id = p.store, p.run_id
+    head = await p._io(store.get_checkpoint, run_id, with_writes=False)
+    if head is None or head.checkpoint_id != last.id:
+        return None  # the run went on under remit
+    status, detail = _lifecycle_of(last)
+    current = await p._io(store.get_run, run_id)
+    if current is not None and (not _imported(current) or _same(current, status, detail)):
+        return _left(run_id, current)
+    owner = f"{OWNER_PREFIX}{new_owner()}"
+    # abandoned: started with a lease that has run out already, so a recovery takes it at
+    # once; the others: ended by the same owner right after (the store's own lease between)
+    start = await p._io(store.start_run, run_id, framework=FRAMEWORK, name=name, owner=owner,
+                        lease=0.0 if status == "abandoned" else None)
+    if not start.owns or start.run is None:  # an executor holds the run right now
+        return _left(run_id, start.run)
+    if current is None and start.run.fence != 1:
+        log.warning("remit: run %s: a lifecycle was recorded while %s imported it; the "
+                    "import's (%s) replaced it", run_id, owner, status)
+    if status != "abandoned" and not await p._io(
+            store.end_run, run_id, owner=owner, fence=start.run.fence,
+            status=status, waiting=detail, error=detail):
+        return _left(run_id, await p._io(store.get_run, run_id))  # taken over in between
+    return _kept(run_id, status, name)
+
+
+def _left(run_id: str, run: RunState | None) -> str:
+    shown = "" if run is None else f" ({run.status}, name {run.name!r}, {run.attempts} " \
+        "execution(s))"
+    return (f"run {run_id!r}: its run lifecycle was recorded before{shown} and is left as "
+            "it is")
+
+
+def _kept(run_id: str, status: Kept, name: str) -> str:
+    where = f"(framework {FRAMEWORK!r}, name {name!r})"
+    what = {
+        "abandoned": "recover(graph, url) finds it and finishes it (so does remit worker); "
+                     "a graph of another name finds it with recover(graph, url, name=...)",
+        "parked": "the app's next resume continues it; recover() leaves it alone",
+        "failed": "recover(graph, url, retry_failed=True) runs the failed node again",
+        "done": "recover() leaves it alone",
+    }[status]
+    return f"run {run_id!r} is kept in the run lifecycle as {status} {where}: {what}"
 
 
 def _explain(p: RemitStatePersistence[Any, Any], history: list[_Stock], report: MigrationReport,

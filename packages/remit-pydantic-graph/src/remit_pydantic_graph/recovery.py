@@ -5,7 +5,9 @@ Every ``graph.run`` / ``graph.iter`` / ``graph.iter_from_persistence`` over a
 store (running, parked, done, failed; see :mod:`remit_core.recovery`), under the graph's
 name (:func:`~remit_pydantic_graph.persistence.graph_name`: give each graph of an app its
 own, ``Graph(nodes=..., name="orders")``). A run whose executor was killed mid-run reads
-as *abandoned* once its lease runs out. :func:`recover` finds the abandoned runs of one
+as *abandoned* once its lease runs out. A run imported from a stock
+``FileStatePersistence`` file (:mod:`remit_pydantic_graph.migrate`) is kept from its
+import on: one whose stock process died inside a node reads as abandoned at once. :func:`recover` finds the abandoned runs of one
 graph, takes each (of k recoverers racing, across processes and hosts, exactly one takes
 a run) and continues it the way pydantic-graph continues a run:
 ``graph.iter_from_persistence(persistence)``, iterated to its End. Nodes that finished
