@@ -512,6 +512,22 @@ def test_a_finished_stock_run_imports_as_done(store_url: str, tmp_path: Path,
     assert inspected(store_url, "done", capsys) == [("f1", "done", "pydantic-graph", name)]
 
 
+def test_the_cli_keeps_the_run_under_the_name_given(store_url: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``--name``: the lifecycle name of the imported run (a named graph's, which the
+    command line cannot infer); a framework whose import keeps no lifecycle refuses it."""
+    ledger, path = tmp_path / "ledger", tmp_path / "f2.json"
+    s: FileStatePersistence[Any, Any] = FileStatePersistence(path)
+    asyncio.run(rw.graph.run(rw.A(), state=rw.Job(run="f2", ledger=str(ledger)),
+                             persistence=s))
+    assert main(["migrate", "pydantic-graph", "--from", str(path), "--to", store_url,
+                 "--run-id", "f2", "--name", rw.NAME]) == 0
+    assert inspected(store_url, "done", capsys) == [("f2", "done", "pydantic-graph", rw.NAME)]
+    assert main(["migrate", "langgraph", "--from", str(tmp_path / "none.db"), "--to",
+                 store_url, "--name", "x"]) == 2
+    assert "--name: the langgraph import keeps no run lifecycle" in capsys.readouterr().err
+
+
 def stock_pending(path: Path, ledger: str) -> None:
     """Parked before B on the stock layer, then B taken by the stock load_next ('pending')
     and left there (the human-in-the-loop pattern stopped before its answer)."""

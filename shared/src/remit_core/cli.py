@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import inspect
 import json
 import sys
 from collections.abc import Iterator, Sequence
@@ -276,7 +277,13 @@ def _migrate(args: argparse.Namespace) -> int:
     from remit_core.migrate import migrate_command
 
     migrate = migrate_command(args.framework)
-    options = {} if args.run_id is None else {"run_id": args.run_id}
+    options: dict[str, Any] = {} if args.run_id is None else {"run_id": args.run_id}
+    if args.name is not None:
+        if "name" not in inspect.signature(migrate).parameters:
+            print(f"remit: --name: the {args.framework} import keeps no run lifecycle to "
+                  "name; leave the option out", file=sys.stderr)
+            return 2
+        options["name"] = args.name
     report = migrate(args.source, args.target, **options)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -416,6 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--run-id", dest="run_id", default=None,
                        help="the run id to store under, for a source that holds one run "
                             "and does not name it; elsewhere, import only this run")
+        p.add_argument("--name", default=None,
+                       help="the name the imported run is kept under in the run lifecycle "
+                            "(what `recover` and `remit worker` look for; pydantic-graph: "
+                            "default, the id of the run's first node)")
         p.set_defaults(func=_migrate)
     args = parser.parse_args(argv)
     try:
