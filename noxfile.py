@@ -139,8 +139,8 @@ def crewai_upstream(session: nox.Session, store: str) -> None:
         *locked("crewai", "pytest-asyncio", "anthropic"), *UPSTREAM_TOOLS,
     )
     session.run("uv", "pip", "list", external=True)
-    # (the options before the suite's name: test paths may follow it)
-    session.run("python", "-m", "tests.upstream.run", "--store", store, "crewai",
+    # (the options before the suite's name, pytest's after `--`: paths and options may follow)
+    session.run("python", "-m", "tests.upstream.run", "--store", store, "crewai", "--",
                 *session.posargs, env={"REMIT_REQUIRE_SERVICES": "1"})
 
 
@@ -178,7 +178,8 @@ def langgraph_upstream(session: nox.Session, version: str, store: str) -> None:
         "psycopg[binary]", "psycopg-pool", "redis", "httpx",
     )
     session.run("uv", "pip", "list", external=True)
-    session.run("python", "-m", "tests.upstream.run", "langgraph", "--store", store,
+    # (the options before the suite's name, pytest's after `--`: paths and options may follow)
+    session.run("python", "-m", "tests.upstream.run", "--store", store, "langgraph", "--",
                 *session.posargs, env={"REMIT_REQUIRE_SERVICES": "1"})
 
 
