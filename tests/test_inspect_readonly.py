@@ -100,6 +100,8 @@ def test_a_read_only_store_refuses_writes(tmp_path: Path) -> None:
             ro.put_checkpoint("run-1", "c2", parent_id="c1")
         with pytest.raises(StoreConfigError, match="read-only"):
             ro.take_runs(framework="fw", owner="o", limit=1)
+        with pytest.raises(StoreConfigError, match="read-only"):
+            ro.import_run("run-1", framework="fw", name="n", status="done", owner="o")
     with open_store(url) as s:
         assert s.get_checkpoint("run-1").checkpoint_id == "c1"  # type: ignore[union-attr]
 

@@ -152,6 +152,41 @@ def test_an_abandoned_run_whose_attempts_are_spent_is_recorded_failed(store: Sto
     assert run not in listed(store, status="abandoned")
 
 
+def test_an_imported_run_is_recorded_once_and_an_abandoned_one_is_taken(store: Store) -> None:
+    """``import_run`` records a stock run's lifecycle where none exists, never over one:
+    abandoned (a recovery takes it at once), parked / done / failed as an execution ends."""
+    fw = f"imp-{os.urandom(3).hex()}"
+    runs = {s: run_id(f"imported-{s}") for s in ("abandoned", "parked", "done", "failed")}
+    for status, run in runs.items():
+        assert store.import_run(run, framework=fw, name="stock", status=status,  # type: ignore[arg-type]
+                                owner="migrate:test", waiting={"node": "B"},
+                                error={"type": "Stock", "message": "boom"})
+    got = {s: store.get_run(r) for s, r in runs.items()}
+    assert {s: (r.status, r.framework, r.name, r.attempts) for s, r in got.items() if r} == {
+        s: (s, fw, "stock", 1) for s in runs}
+    assert got["abandoned"] is not None and got["abandoned"].owner == "migrate:test"
+    assert got["parked"] is not None and got["parked"].waiting == {"node": "B"}
+    assert got["failed"] is not None and got["failed"].error["type"] == "Stock"
+    assert got["done"] is not None and (got["done"].waiting, got["done"].error) == (None, None)
+    assert listed(store, status="abandoned", framework=fw) == [runs["abandoned"]]
+
+    # never over a lifecycle: a second import, or one of a run an adapter keeps
+    kept = run_id("kept")
+    store.start_run(kept, framework=fw, name="graph", owner="w1")
+    for run in (*runs.values(), kept):
+        before = store.get_run(run)
+        assert not store.import_run(run, framework=fw, name="other", status="done",
+                                    owner="migrate:again")
+        assert store.get_run(run) == before
+
+    taken = store.take_runs(framework=fw, owner="r1", limit=10)
+    assert [(t.run.run_id, t.outcome, t.previous_owner) for t in taken if t.run] == [
+        (runs["abandoned"], "taken_over", "migrate:test")]
+    with pytest.raises(ValueError, match="not 'running'"):
+        store.import_run(run_id("x"), framework=fw, name="n", status="running",  # type: ignore[arg-type]
+                         owner="o")
+
+
 def test_a_run_needing_attention_is_continued_once_settled(store: Store) -> None:
     run = run_id("doubt")
     start = store.start_run(run, framework="fw", name="g", owner="w1")

@@ -1361,19 +1361,36 @@ def run_requests(store: Store) -> Iterator[Case]:
         return change_case("renew", decisions.RENEW_RUN, owner, fence,
                            lambda key: store._renew_run(key, owner, fence, LEASE))
 
+    def imported(status: str) -> Case:
+        detail = {"parked": b"\x01w3", "failed": b"\x01e3",
+                  "needs-attention": b"\x01k3"}.get(status)
+
+        def decide(key: str, cur: Any, now: float) -> Verdict[Any, Any]:
+            return decisions.import_run(cur, run_id=key, framework="fw3", name="stock",
+                                        status=status,  # type: ignore[arg-type]
+                                        owner="migrate:x", detail=detail, now=now)
+
+        def call(key: str) -> Any:
+            return store._import_run(key, "fw3", "stock", status,  # type: ignore[arg-type]
+                                     "migrate:x", detail)
+
+        return "import_run", (status,), decide, call
+
     for owner, fence in CALLERS:
         for recovery in RECOVERIES:
             yield start(owner, recovery)
         for status in ("parked", "done", "failed", "needs-attention"):
             yield end(owner, fence, status)
         yield renew(owner, fence)
+    for status in ("abandoned", "parked", "done", "failed", "needs-attention"):
+        yield imported(status)
 
 
 def test_runs_decide_as_the_pure_functions(store: Store) -> None:
     """The run lifecycle's decisions, on every backend (the Redis one in Lua), are those
     of remit_core.store.decisions, on every stored record and request."""
     n = check_all(store, list(stored_runs()), list(run_requests(store)), kind="run")
-    assert n == 7 * 60
+    assert n == 7 * 65
 
 
 #: the recoveries of a batch take (it retakes no stored status): attempts unbounded, left

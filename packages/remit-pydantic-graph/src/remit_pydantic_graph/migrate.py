@@ -74,14 +74,11 @@ otherwise (the stock run went on and the file grew, or an import died between re
 the start and the end). A run imported before the import kept lifecycles gets one when
 it is imported again.
 
-What remit-core does not offer: recording a lifecycle only where none exists, or a
-whole ended one, in one atomic operation. ``start_run`` and ``end_run`` are two, and a
-``get_run`` before them a third: a remit execution of the run that starts *and ends*
-between the ``get_run`` and the ``start_run`` (milliseconds, during an import, which the
-docs ask to make with the stock application stopped) is overwritten (logged), and an
-import that dies between ``start_run`` and ``end_run`` leaves the run ``running`` until
-the store's lease runs out (then abandoned; importing again repairs it, but a recovery
-that comes first continues it).
+The first record is one atomic operation, ``Store.import_run``, which writes only where
+the run has no lifecycle (a remit execution that recorded one first keeps it). Bringing
+the import's own record up to date takes two, ``start_run`` and ``end_run``: an import
+that dies between them leaves the run ``running`` until the store's lease runs out (then
+abandoned; importing again repairs it, but a recovery that comes first continues it).
 
 Importing again is idempotent: snapshots already present (same id, parent and data)
 are counted as skipped and nothing is stored twice; a file that has grown since is
@@ -95,7 +92,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -120,8 +116,6 @@ from remit_pydantic_graph.persistence import (
 )
 
 __all__ = ["MigrationError", "MigrationReport", "amigrate", "migrate"]
-
-log = logging.getLogger("remit")
 
 _TS: pydantic.TypeAdapter[datetime] = pydantic.TypeAdapter(datetime)
 
@@ -450,8 +444,9 @@ def _same(run: RunState, status: Kept, detail: Any) -> bool:
 
 async def _settle_lifecycle(p: RemitStatePersistence[Any, Any], last: _Stock,
                             name: str) -> str | None:
-    """Keep the imported run in the store's run lifecycle (``Store.start_run`` /
-    ``end_run``), as :func:`_lifecycle_of` says; a note for the report saying what was
+    """Keep the imported run in the store's run lifecycle (``Store.import_run``; an
+    update of the import's own record by ``start_run`` / ``end_run``), as
+    :func:`_lifecycle_of` says; a note for the report saying what was
     recorded or left as it was, or None (the run went on under remit).
 
     Only while the run's head is the file's last snapshot (a run that went on under remit
@@ -470,15 +465,18 @@ async def _settle_lifecycle(p: RemitStatePersistence[Any, Any], last: _Stock,
     if current is not None and (not _imported(current) or _same(current, status, detail)):
         return _left(run_id, current)
     owner = f"{OWNER_PREFIX}{new_owner()}"
-    # abandoned: started with a lease that has run out already, so a recovery takes it at
-    # once; the others: ended by the same owner right after (the store's own lease between)
+    if current is None:  # the first record: one atomic insert, never over another's
+        if await p._io(store.import_run, run_id, framework=FRAMEWORK, name=name,
+                       status=status, owner=owner, waiting=detail, error=detail):
+            return _kept(run_id, status, name)
+        return _left(run_id, await p._io(store.get_run, run_id))  # recorded meanwhile
+    # the import's own record brought up to date. abandoned: started with a lease that
+    # has run out already, so a recovery takes it at once; the others: ended by the same
+    # owner right after (the store's own lease between)
     start = await p._io(store.start_run, run_id, framework=FRAMEWORK, name=name, owner=owner,
                         lease=0.0 if status == "abandoned" else None)
     if not start.owns or start.run is None:  # an executor holds the run right now
         return _left(run_id, start.run)
-    if current is None and start.run.fence != 1:
-        log.warning("remit: run %s: a lifecycle was recorded while %s imported it; the "
-                    "import's (%s) replaced it", run_id, owner, status)
     if status != "abandoned" and not await p._io(
             store.end_run, run_id, owner=owner, fence=start.run.fence,
             status=status, waiting=detail, error=detail):

@@ -86,7 +86,8 @@ _WRITES = frozenset({
     "_write_checkpoint", "_write_writes", "_delete_run", "_copy_run", "_prune_run",
     "_delete_executions", "_start_receipt", "_complete_receipt", "_release_receipt",
     "_renew_receipt", "_resolve_receipt", "_reset_receipt", "_claim", "_consume_claim",
-    "_release_claim", "_renew_claim", "_start_run", "_take_runs", "_end_run", "_renew_run"})
+    "_release_claim", "_renew_claim", "_start_run", "_take_runs", "_end_run", "_renew_run",
+    "_import_run"})
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -679,6 +680,27 @@ class Store(ABC):
             detail, record=f"{'waiting' if waits else 'error'} of run {run_id!r}")
         return self._call(self._end_run, run_id, owner, fence, status, data)
 
+    def import_run(self, run_id: str, *, framework: str, name: str,
+                   status: RunEnd | Literal["abandoned"], owner: str,
+                   waiting: Any = None, error: Any = None) -> bool:
+        """Record the lifecycle of a run imported from a stock layer (``remit migrate``),
+        in one atomic operation, only where the run has none: an import never overwrites
+        what an adapter or an earlier import recorded. False, and nothing written, when
+        the run has a lifecycle already.
+
+        ``status``: ``abandoned`` (the stock process died while it executed the run: it
+        is recorded running under ``owner`` with a lease that has run out, so a recovery
+        takes it at once), or ``parked`` / ``done`` / ``failed`` / ``needs-attention`` as
+        :meth:`end_run` records them (``waiting``, ``error`` likewise)."""
+        if status not in ("abandoned", "parked", "done", "failed", "needs-attention"):
+            raise ValueError("an imported run is abandoned, parked, done, failed or "
+                             f"needs-attention, not {status!r}")
+        waits = status in ("parked", "needs-attention")
+        detail = waiting if waits else error if status == "failed" else None
+        data = None if detail is None else self.serde.encode(
+            detail, record=f"{'waiting' if waits else 'error'} of run {run_id!r}")
+        return self._call(self._import_run, run_id, framework, name, status, owner, data)
+
     def renew_run(self, run_id: str, *, owner: str, fence: int,
                   lease: float | None = None) -> bool:
         """LV: extend the executor's lease; False when it no longer executes the run."""
@@ -1195,6 +1217,12 @@ class Store(ABC):
     def _end_run(self, run_id: str, owner: str, fence: int, status: RunEnd,
                  detail: bytes | None) -> bool:
         """:func:`~remit_core.store.decisions.end_run`, in one atomic operation."""
+
+    @abstractmethod
+    def _import_run(self, run_id: str, framework: str, name: str,
+                    status: RunEnd | Literal["abandoned"], owner: str,
+                    detail: bytes | None) -> bool:
+        """:func:`~remit_core.store.decisions.import_run`, in one atomic operation."""
 
     @abstractmethod
     def _renew_run(self, run_id: str, owner: str, fence: int, lease: float) -> bool:

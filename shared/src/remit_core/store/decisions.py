@@ -39,6 +39,7 @@ from remit_core.records import (
     RunEnd,
     RunRow,
     RunStartOutcome,
+    RunStatus,
 )
 
 Outcome = TypeVar("Outcome")
@@ -247,6 +248,28 @@ def end_run(cur: RunRow | None, *, owner: str, fence: int, status: RunEnd,
         cur, status=status, owner=None, lease_until=0.0,
         waiting=detail if status in ("parked", "needs-attention") else None,
         error=detail if status == "failed" else None, updated_at=now), "update")
+
+
+def import_run(cur: RunRow | None, *, run_id: str, framework: str, name: str,
+               status: RunEnd | Literal["abandoned"], owner: str, detail: bytes | None,
+               now: float) -> Verdict[bool, RunRow | None]:
+    """The lifecycle of a run imported from a stock layer, recorded only where the run has
+    none (an import never overwrites what an adapter or an earlier import recorded).
+
+    ``abandoned``: running under ``owner`` with a lease that ran out at ``now`` (the stock
+    process died while it executed the run, so a recovery takes it at once); ``parked``,
+    ``done``, ``failed`` or ``needs-attention``: as :func:`end_run` leaves an execution,
+    ``detail`` what the run waits for or failed with. One execution counted. True and the
+    record inserted; False, with the stored record, when the run has a lifecycle."""
+    if cur is not None:
+        return Verdict(False, cur)
+    running = status == "abandoned"
+    stored: RunStatus = "running" if status == "abandoned" else status
+    return Verdict(True, RunRow(
+        run_id, run_id, framework, name, stored,
+        owner if running else None, 1, now,
+        detail if status in ("parked", "needs-attention") else None,
+        detail if status == "failed" else None, 1, now, now), "insert")
 
 
 # ============================================================================= fenced changes

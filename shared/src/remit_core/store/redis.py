@@ -96,7 +96,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, Literal, ParamSpec, TypeVar, cast
 from urllib.parse import SplitResult, urlencode, urlunsplit
 
 import redis
@@ -1010,6 +1010,25 @@ lc_reindex(ARGV[7], old, hmap(redis.call('HGETALL', KEYS[1])), KEYS[2])
 return 1
 """
 
+# decisions.import_run: only where the run has no lifecycle. KEYS: 1 lc, 2 lcl. ARGV: 1 P,
+# 2 run, 3 framework, 4 name, 5 status (abandoned, parked, done, failed, needs-attention),
+# 6 owner, 7 has_detail, 8 detail
+_IMPORT_RUN = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local now, status = fmt(stamp()), ARGV[5]
+local running = status == 'abandoned'
+redis.call('HSET', KEYS[1], 'key', ARGV[2], 'run_id', ARGV[2], 'framework', ARGV[3],
+           'name', ARGV[4], 'status', running and 'running' or status, 'fence', 1,
+           'lease_until', now, 'attempts', 1, 'started_at', now, 'updated_at', now)
+if running then redis.call('HSET', KEYS[1], 'owner', ARGV[6]) end
+if ARGV[7] == '1' and (status == 'parked' or status == 'needs-attention') then
+  redis.call('HSET', KEYS[1], 'waiting', ARGV[8])
+elseif ARGV[7] == '1' and status == 'failed' then redis.call('HSET', KEYS[1], 'error', ARGV[8])
+end
+lc_reindex(ARGV[2], {}, hmap(redis.call('HGETALL', KEYS[1])), KEYS[2])
+return 1
+"""
+
 # decisions.RENEW_RUN: only the lease changes (not updated_at), so only P:lcl moves.
 # KEYS: 1 lc, 2 lcl. ARGV: 1 P, 2 owner, 3 fence, 4 lease, 5 run
 _RENEW_RUN = """
@@ -1366,6 +1385,7 @@ class RedisStore(Store):
         self._s_start_run = r(_script_source(_START_RUN, writes=True))
         self._s_take_runs = r(_script_source(_TAKE_RUNS, writes=True))
         self._s_end_run = r(_script_source(_END_RUN, writes=True))
+        self._s_import_run = r(_script_source(_IMPORT_RUN, writes=True))
         self._s_renew_run = r(_script_source(_RENEW_RUN, writes=True))
         self._s_get_run = r(_script_source(_GET_RUN, writes=False))
         self._s_list_lc = r(_script_source(_LIST_LIFECYCLES, writes=False))
@@ -1733,6 +1753,15 @@ class RedisStore(Store):
             keys=[k.lc(run_id), k.lcl],
             args=[self.prefix, owner, int(fence), status, _flag(detail), detail or b"",
                   run_id]))
+
+    def _import_run(self, run_id: str, framework: str, name: str,
+                    status: RunEnd | Literal["abandoned"], owner: str,
+                    detail: bytes | None) -> bool:
+        k = self._k
+        return bool(self._s_import_run(
+            keys=[k.lc(run_id), k.lcl],
+            args=[self.prefix, run_id, framework, name, status, owner, _flag(detail),
+                  detail or b""]))
 
     def _renew_run(self, run_id: str, owner: str, fence: int, lease: float) -> bool:
         k = self._k

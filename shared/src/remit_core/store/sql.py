@@ -30,7 +30,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from functools import cache
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from remit_core import records
 from remit_core.records import (
@@ -693,6 +693,15 @@ class SqlStore(Store):
         def decide(cur: RunRow | None, now: float) -> Verdict[bool, RunRow | None]:
             return decisions.end_run(cur, owner=owner, fence=fence, status=status,
                                      detail=detail, now=now)
+
+        return bool(self._decide(self._lifecycle, run_id, decide).outcome)
+
+    def _import_run(self, run_id: str, framework: str, name: str,
+                    status: records.RunEnd | Literal["abandoned"], owner: str,
+                    detail: bytes | None) -> bool:
+        def decide(cur: RunRow | None, now: float) -> Verdict[bool, RunRow | None]:
+            return decisions.import_run(cur, run_id=run_id, framework=framework, name=name,
+                                        status=status, owner=owner, detail=detail, now=now)
 
         return bool(self._decide(self._lifecycle, run_id, decide).outcome)
 
