@@ -674,10 +674,7 @@ class Store(ABC):
         if status not in ("parked", "done", "failed", "needs-attention"):
             raise ValueError("a run ends parked, done, failed or needs-attention, not "
                              f"{status!r}")
-        waits = status in ("parked", "needs-attention")
-        detail = waiting if waits else error if status == "failed" else None
-        data = None if detail is None else self.serde.encode(
-            detail, record=f"{'waiting' if waits else 'error'} of run {run_id!r}")
+        data = self._run_detail(run_id, status, waiting, error)
         return self._call(self._end_run, run_id, owner, fence, status, data)
 
     def import_run(self, run_id: str, *, framework: str, name: str,
@@ -695,11 +692,16 @@ class Store(ABC):
         if status not in ("abandoned", "parked", "done", "failed", "needs-attention"):
             raise ValueError("an imported run is abandoned, parked, done, failed or "
                              f"needs-attention, not {status!r}")
+        data = self._run_detail(run_id, status, waiting, error)
+        return self._call(self._import_run, run_id, framework, name, status, owner, data)
+
+    def _run_detail(self, run_id: str, status: str, waiting: Any, error: Any) -> bytes | None:
+        """What a run ``status`` keeps, encoded: what it waits for (parked,
+        needs-attention) or what it failed with; None for the others."""
         waits = status in ("parked", "needs-attention")
         detail = waiting if waits else error if status == "failed" else None
-        data = None if detail is None else self.serde.encode(
+        return None if detail is None else self.serde.encode(
             detail, record=f"{'waiting' if waits else 'error'} of run {run_id!r}")
-        return self._call(self._import_run, run_id, framework, name, status, owner, data)
 
     def renew_run(self, run_id: str, *, owner: str, fence: int,
                   lease: float | None = None) -> bool:
