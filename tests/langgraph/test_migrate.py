@@ -15,11 +15,14 @@ import asyncio
 import contextlib
 import json
 import operator
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -39,9 +42,10 @@ from remit_core import Store, open_store
 from remit_core.cli import main
 from remit_core.effects import receipt_key
 from remit_core.migrate import MigrationError, RecordsRefused
-from remit_langgraph import ConsumeConflict, RemitSaver
+from remit_langgraph import ConsumeConflict, RemitSaver, recover
 from remit_langgraph.migrate import MARKER_RUN, migrate
 from tests import procs
+from tests.langgraph import lg_recovery_workers as lrw
 
 CTX = procs.CTX
 
@@ -604,3 +608,213 @@ def test_a_reader_waits_for_an_import_in_flight_and_takes_a_dead_one_over(
     assert (receipt.status, receipt.attempt) == ("completed", 2)
     assert store.usage("parked")["checkpoints"] == stock_totals(stock_file, "parked")[0]
     assert_same(stock_file, store, ["parked"])
+
+
+# ============================================================== the run lifecycle (graph=)
+#
+# The graph is the recovery tests' ``a -> b (effect "charge") -> c``
+# (tests/langgraph/lg_recovery_workers.py), run on a stock SqliteSaver; its ledger file
+# (O_APPEND + fsync) counts every node entry and effect call, so counts survive SIGKILL.
+
+
+def stock_dies_in_c(path: str, ledger: str, thread: str, conn: Any) -> None:
+    """Child process: run ``thread`` on a stock SqliteSaver until it is inside node c
+    (``durability="sync"``: a and b are durable then), report that, and block until the
+    parent SIGKILLs this process."""
+    def stop(t: str) -> None:
+        conn.send(("in c", t))
+        conn.recv()  # blocks until the process is killed
+
+    lrw._stop_in_c = stop
+    with SqliteSaver.from_conn_string(path) as stock:
+        lrw.build(ledger).compile(checkpointer=stock, name=lrw.NAME).invoke(
+            {"thread": thread}, lrw.cfg(thread), durability="sync")
+
+
+def kill_stock_in_c(path: str, ledger: Path, thread: str) -> None:
+    parent, child = CTX.Pipe()
+    proc = CTX.Process(target=stock_dies_in_c, args=(path, str(ledger), thread, child))
+    proc.start()
+    try:
+        assert parent.poll(120), "the stock child never reached node c"
+        assert parent.recv() == ("in c", thread)
+    finally:
+        assert proc.pid is not None
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(30)
+    assert proc.exitcode == -signal.SIGKILL
+
+
+@pytest.fixture
+def stock_runs(tmp_path: Path) -> tuple[str, Path]:
+    """A stock SqliteSaver file: "killed" was SIGKILLed inside node c, "finished" ran to
+    the end, "asked" parks on interrupt({"approve": "asked"}) in b."""
+    path, ledger = str(tmp_path / "stock-runs.sqlite"), tmp_path / "ledger"
+    kill_stock_in_c(path, ledger, "killed")
+    with SqliteSaver.from_conn_string(path) as stock:
+        lrw.build(str(ledger)).compile(checkpointer=stock, name=lrw.NAME).invoke(
+            {"thread": "finished"}, lrw.cfg("finished"))
+        lrw.build(str(ledger), park_in_b=True).compile(checkpointer=stock, name=lrw.NAME
+                                                       ).invoke({"thread": "asked"},
+                                                                lrw.cfg("asked"))
+    return path, ledger
+
+
+def entries(ledger: Path, thread: str) -> Counter[str]:
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    return Counter(" ".join(line.split()[:2]) for line in lines if line.split()[2] == thread)
+
+
+def test_a_stock_thread_killed_mid_run_is_imported_abandoned_and_recovered(
+        stock_runs: tuple[str, Path], store_url: str) -> None:
+    path, ledger = stock_runs
+    assert entries(ledger, "killed") == Counter({"enter a": 1, "enter b": 1,
+                                                 "effect charge": 1, "enter c": 1})
+    with RemitSaver.from_conn_string(store_url) as saver:
+        graph = lrw.app(saver, str(ledger))
+        report = migrate(path, saver.store, graph=graph)
+        assert report.runs == 3 and not report.refused
+        (run,) = saver.store.list_runs(status="abandoned")
+        assert (run.run_id, run.lifecycle.framework, run.lifecycle.name) == (  # type: ignore[union-attr]
+            "killed", "langgraph", lrw.NAME)
+        assert any("'killed' is kept in the run lifecycle as abandoned" in n
+                   for n in report.notes), report.notes
+
+        rec = recover(graph)
+        assert rec.recovered == ["killed"], rec
+        assert (rec.failed, rec.skipped, rec.attention) == ({}, [], {})
+        # a and b (and b's effect) ran once, under the stock saver; c once more
+        assert entries(ledger, "killed") == Counter({"enter a": 1, "enter b": 1,
+                                                     "effect charge": 1, "enter c": 2})
+        state = graph.get_state(lrw.cfg("killed"))
+        assert state.values["log"] == ["a", "b:txn-killed", "c"] and not state.next
+        assert saver.store.get_run("killed").status == "done"  # type: ignore[union-attr]
+        assert recover(graph).total == 0
+
+
+def test_finished_and_interrupted_stock_threads_import_done_and_parked(
+        stock_runs: tuple[str, Path], store_url: str) -> None:
+    path, ledger = stock_runs
+    with RemitSaver.from_conn_string(store_url) as saver:
+        store = saver.store
+        graph = lrw.app(saver, str(ledger))
+        migrate(path, store, graph=graph)
+        finished, asked = store.get_run("finished"), store.get_run("asked")
+        assert finished is not None and (finished.status, finished.name) == ("done", lrw.NAME)
+        assert asked is not None and (asked.status, asked.name) == ("parked", lrw.NAME)
+        (pending,) = graph.get_state(lrw.cfg("asked")).interrupts
+        assert asked.waiting == {"interrupts": [{"id": pending.id,
+                                                 "value": {"approve": "asked"}}]}
+        # the record the live path makes for the same graph parked the same way
+        lrw.app(saver, str(ledger), park_in_b=True).invoke({"thread": "live"},
+                                                          lrw.cfg("live"))
+        live = store.get_run("live")
+        assert live is not None and live.status == "parked"
+        assert [i["value"] for i in live.waiting["interrupts"]] == [{"approve": "live"}]
+        assert set(live.waiting) == set(asked.waiting)
+        assert set(live.waiting["interrupts"][0]) == set(asked.waiting["interrupts"][0])
+
+        before = entries(ledger, "asked")
+        rec = recover(graph)
+        assert "asked" not in rec.recovered and "finished" not in rec.recovered, rec
+        assert store.get_run("asked").status == "parked"  # type: ignore[union-attr]
+        assert entries(ledger, "asked") == before
+        # the app's next resume continues it under remit
+        done = lrw.app(saver, str(ledger), park_in_b=True).invoke(Command(resume="yes"),
+                                                                 lrw.cfg("asked"))
+        assert done["log"] == ["a", "b:txn-asked", "c"]
+        assert store.get_run("asked").status == "done"  # type: ignore[union-attr]
+
+
+def test_migrating_twice_changes_no_lifecycle(stock_runs: tuple[str, Path],
+                                              store_url: str) -> None:
+    path, ledger = stock_runs
+    threads = ["asked", "finished", "killed"]
+    with RemitSaver.from_conn_string(store_url) as saver:
+        graph = lrw.app(saver, str(ledger))
+        migrate(path, saver.store, graph=graph)
+        first = {t: saver.store.get_run(t) for t in threads}
+        assert {t: r.status for t, r in first.items() if r is not None} == {
+            "asked": "parked", "finished": "done", "killed": "abandoned"}
+        again = migrate(path, saver.store, graph=graph)
+        assert (again.runs, again.checkpoints, again.writes) == (0, 0, 0)
+        assert {t: saver.store.get_run(t) for t in threads} == first
+        for t in threads:
+            assert any(f"thread {t!r}: its run lifecycle was recorded before" in n
+                       for n in again.notes), again.notes
+
+
+def test_without_a_graph_no_lifecycle_is_kept_and_the_report_says_how(
+        stock_runs: tuple[str, Path], store_url: str) -> None:
+    path, _ = stock_runs
+    report = migrate(path, store_url)
+    assert any("no run lifecycle was kept" in n and "graph=graph" in n for n in report.notes)
+    with open_store(store_url) as store:
+        assert all(store.get_run(t) is None for t in ("asked", "finished", "killed"))
+        assert store.list_runs(status="abandoned") == []
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_stock_thread_at_a_static_breakpoint_imports_parked(
+        tmp_path: Path, store_url: str, where: str) -> None:
+    """Stopped at ``interrupt_before=["c"]`` (or ``interrupt_after=["b"]``): parked, with
+    what the live path records for the same graph stopped there; recover leaves it."""
+    path, ledger = str(tmp_path / "held.sqlite"), str(tmp_path / "ledger")
+    points = {"interrupt_before": ["c"]} if where == "before" else {"interrupt_after": ["b"]}
+    with SqliteSaver.from_conn_string(path) as stock:
+        lrw.build(ledger).compile(checkpointer=stock, name=lrw.NAME, **points).invoke(
+            {"thread": "held"}, lrw.cfg("held"))
+    with RemitSaver.from_conn_string(store_url) as saver:
+        graph = lrw.build(ledger).compile(checkpointer=saver, name=lrw.NAME, **points)
+        migrate(path, saver.store, graph=graph)
+        graph.invoke({"thread": "live"}, lrw.cfg("live"))  # the live path, for the record
+        held, live = saver.store.get_run("held"), saver.store.get_run("live")
+        assert held is not None and live is not None
+        assert (held.status, held.name) == (live.status, live.name) == ("parked", lrw.NAME)
+        assert held.waiting == live.waiting == {"breakpoint": f"interrupt_{where}",
+                                                "nodes": ["c"]}
+        assert recover(graph).total == 0
+        assert saver.store.get_run("held").status == "parked"  # type: ignore[union-attr]
+        done = graph.invoke(None, lrw.cfg("held"))  # the person approves: it goes on
+        assert done["log"] == ["a", "b:txn-held", "c"]
+
+
+class Flaky(TypedDict, total=False):
+    thread: str
+    log: Annotated[list[str], operator.add]
+
+
+def _boom(s: Flaky) -> dict[str, Any]:
+    raise ValueError(f"card declined for {s['thread']}")
+
+
+def flaky(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    b = StateGraph(Flaky)
+    b.add_node("a", lambda s: {"log": ["a"]})
+    b.add_node("pay", _boom)
+    b.add_edge(START, "a")
+    b.add_edge("a", "pay")
+    b.add_edge("pay", END)
+    return b.compile(checkpointer=checkpointer, name="flaky")
+
+
+def test_a_stock_thread_whose_node_raised_imports_failed(tmp_path: Path,
+                                                         store_url: str) -> None:
+    """The node raised under the stock saver (its error is stored at the checkpoint): failed,
+    with the error the live path records for the same failure; recover leaves it."""
+    path = str(tmp_path / "failed.sqlite")
+    with SqliteSaver.from_conn_string(path) as stock, pytest.raises(ValueError):
+        flaky(stock).invoke({"thread": "t"}, cfg("t"))
+    with RemitSaver.from_conn_string(store_url) as saver:
+        graph = flaky(saver)
+        migrate(path, saver.store, graph=graph)
+        with pytest.raises(ValueError):
+            graph.invoke({"thread": "t"}, cfg("live"))
+        failed, live = saver.store.get_run("t"), saver.store.get_run("live")
+        assert failed is not None and live is not None
+        assert (failed.status, failed.name) == (live.status, live.name) == ("failed", "flaky")
+        # LangGraph stores the error's repr only: the stock saver is named as its type
+        assert failed.error == {"type": "SqliteSaver",
+                                "message": "ValueError('card declined for t')"}
+        assert live.error == {"type": "ValueError", "message": "card declined for t"}
+        assert recover(graph).total == 0

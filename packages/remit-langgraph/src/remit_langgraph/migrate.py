@@ -52,6 +52,40 @@ importer that dies is taken over after its lease. The receipt records how far
 the import went (the stock latest checkpoint per namespace), so a later import
 adds only what the stock saver wrote after it and never brings back what remit
 pruned or deleted since.
+
+The run lifecycle (``graph=``). Without a graph the import keeps no run lifecycle: an
+imported thread has checkpoints but no status, so ``Store.list_runs(status=...)``,
+``remit inspect --status`` and :func:`remit_langgraph.recover` do not see it until it
+is next invoked under remit. With ``migrate(..., graph=graph)`` (Python only: the
+command line cannot import the app's graph) each imported thread gets the lifecycle
+remit would have recorded had it run under remit, framework ``"langgraph"``, name the
+graph's ``name`` (LangGraph's default ``"LangGraph"`` when it has none), exactly what
+:func:`~remit_langgraph.recover` looks for. It is decided from
+``graph.get_state(config)``, read through a RemitSaver on the target store (root
+namespace), as the live path decides it when a root loop exits
+(``_seam.loop_end`` and remit-core's ``ending``):
+
+* no next tasks: ``done``;
+* next tasks with pending interrupts (``interrupt()``): ``parked``, waiting
+  ``{"interrupts": [{"id": ..., "value": ...}, ...]}`` (the live record);
+* a next task that failed (its error stored at the checkpoint): ``failed``, as a remit
+  execution that raised records it; LangGraph stores only the error's repr, so the
+  error is ``{"type": "SqliteSaver" (or "PostgresSaver"), "message": <that repr>}``;
+  ``recover(graph, url, retry_failed=True)`` runs it again;
+* next tasks at a static breakpoint: the graph pauses before one of the next nodes
+  (``interrupt_before``), or after one of the nodes that produced the checkpoint
+  (``interrupt_after``): ``parked``, waiting ``{"breakpoint": "interrupt_before" |
+  "interrupt_after", "nodes": [the next nodes]}``: a person was meant to approve, so a recovery
+  must not run it. (A stock process that was resumed past a breakpoint and died in the
+  node before it wrote anything cannot be told from one that stopped there: it is
+  parked too, the safe reading.)
+* otherwise, next tasks pending: ``abandoned`` (the stock process died during the run):
+  recorded running with a lease that has run out, so ``recover(graph, url)`` takes it at
+  once and continues it from its last checkpoint.
+
+The record is one atomic write, ``Store.import_run``, only where the thread has no
+lifecycle: importing again, or after the thread ran under remit, leaves the recorded
+one as it is (a report note says so).
 """
 
 from __future__ import annotations
@@ -64,7 +98,15 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from remit_core import Store, open_store
-from remit_core.adapter import MigrationError, MigrationReport, RecordsRefused
+from remit_core.adapter import (
+    MigrationError,
+    MigrationReport,
+    RecordsRefused,
+    ending,
+    new_owner,
+)
+from remit_langgraph._contract import DEFAULT_NAME, FRAMEWORK
+from remit_langgraph._seam import Pregel
 from remit_langgraph._stock import (
     MARKER_RUN,
     REFUSED_HINT,
@@ -82,7 +124,8 @@ from remit_langgraph.saver import RemitSaver
 
 def migrate(source: str | os.PathLike[str] | BaseCheckpointSaver[Any], target: str | Store,
             *, run_id: str | None = None,
-            allow: Iterable[tuple[str, str] | type] = ()) -> MigrationReport:
+            allow: Iterable[tuple[str, str] | type] = (),
+            graph: Any = None) -> MigrationReport:
     """Import every thread (or only ``run_id``) of a stock LangGraph saver into remit.
 
     ``source``: a stock ``SqliteSaver`` file path, a ``postgresql://`` URL of a stock
@@ -97,7 +140,15 @@ def migrate(source: str | os.PathLike[str] | BaseCheckpointSaver[Any], target: s
     A thread holding a record that names anything not allowed is not imported; the
     others are, and then :class:`~remit_core.migrate.RecordsRefused` is raised, naming
     each refused thread and record (its ``report`` is what was imported).
+
+    ``graph``: the app's compiled graph. With it, each imported thread is kept in the run
+    lifecycle as remit would have kept it (``done``, ``parked``, ``failed`` or
+    ``abandoned``; see the module docstring), so that ``recover(graph, url)`` finishes
+    the threads the stock process left mid-run. Without it no lifecycle is kept.
     """
+    if graph is not None and not isinstance(graph, Pregel):
+        raise TypeError(f"graph= takes the app's compiled graph (builder.compile(...)), "
+                        f"not {type(graph).__name__}")
     with contextlib.ExitStack() as stack:
         src = stack.enter_context(open_source(source, allow=allow))
         store = target if isinstance(target, Store) else stack.enter_context(open_store(target))
@@ -108,6 +159,7 @@ def migrate(source: str | os.PathLike[str] | BaseCheckpointSaver[Any], target: s
                 raise MigrationError(f"no thread {run_id!r} in {src.label}")
             threads = [run_id]
         saver = RemitSaver(store)
+        reader = None if graph is None else graph.copy(update={"checkpointer": saver})
         for thread_id in threads:
             try:
                 counts = import_thread(src, saver, thread_id)
@@ -118,6 +170,17 @@ def migrate(source: str | os.PathLike[str] | BaseCheckpointSaver[Any], target: s
             report.writes += counts.writes
             report.skipped += counts.skipped
             report.runs += 1 if counts.checkpoints or counts.writes else 0
+            if reader is not None:
+                note = _settle_lifecycle(reader, store, thread_id, src)
+                if note is not None:
+                    report.notes.append(note)
+        if threads and graph is None:
+            report.notes.append(
+                "no run lifecycle was kept (no graph given): the imported threads have no "
+                "status, so list_runs(status=...), remit inspect --status and recover() do "
+                "not see them until they next run under remit; to keep one, call "
+                "remit_langgraph.migrate.migrate(source, target, graph=graph) with the "
+                "app's compiled graph")
         if threads and not src._has_task_path():
             report.notes.append("the source's writes table has no task_path column (it "
                                 "predates LangGraph recording it): writes were imported with ''")
@@ -126,5 +189,69 @@ def migrate(source: str | os.PathLike[str] | BaseCheckpointSaver[Any], target: s
         return report
 
 
+# =========================================================================== run lifecycle
+
+
+def lifecycle_of(graph: Any, config: Any, *, stock: str = "stock saver"
+                 ) -> tuple[str, Any] | None:
+    """The lifecycle remit would have recorded for the thread of ``config`` had its last
+    execution run under remit (status, with its waiting or error), read from
+    ``graph.get_state(config)`` (root namespace); None when the thread has no root
+    checkpoint. See the module docstring for the rules; ``stock`` names the stock saver
+    in the error of a node that failed under it."""
+    state = graph.get_state(config)
+    if state.created_at is None and not state.next and not state.values:
+        return None  # no checkpoint in the root namespace
+    if not state.next:
+        return ending(None)
+    if state.interrupts:  # as _seam.loop_end records a root loop parked on interrupt()
+        return ending(None, {"interrupts": [
+            {"id": str(getattr(i, "id", "")), "value": getattr(i, "value", None)}
+            for i in state.interrupts]}, parked=True)
+    for task in state.tasks:
+        if isinstance(task.error, BaseException):
+            return ending(task.error)
+        if task.error is not None:  # LangGraph stores a node's error as its repr only
+            return "failed", {"type": stock, "message": str(task.error)}
+    nodes = sorted(set(state.next))
+    before = getattr(graph, "interrupt_before_nodes", None) or ()
+    if before == "*" or any(n in before for n in nodes):
+        return ending(None, {"breakpoint": "interrupt_before", "nodes": nodes}, parked=True)
+    after = getattr(graph, "interrupt_after_nodes", None) or ()
+    if after and state.parent_config is not None:
+        ran = sorted({t.name for t in graph.get_state(state.parent_config).tasks})
+        if after == "*" or any(n in after for n in ran):  # the loop then lists the next
+            return ending(None, {"breakpoint": "interrupt_after", "nodes": nodes}, parked=True)
+    return "abandoned", None
+
+
+def _settle_lifecycle(graph: Any, store: Store, thread_id: str, src: StockSource
+                      ) -> str | None:
+    """Record the imported thread's first lifecycle (``Store.import_run``), or say why
+    not; a note for the report, None when the thread has no root checkpoint."""
+    stock = type(src.saver).__name__
+    kept = lifecycle_of(graph, {"configurable": {"thread_id": thread_id}}, stock=stock)
+    if kept is None:
+        return None
+    status, detail = kept
+    name = getattr(graph, "name", None) or DEFAULT_NAME
+    owner = f"migrate:{stock}:{new_owner()}"
+    if store.import_run(thread_id, framework=FRAMEWORK, name=name, status=status,  # type: ignore[arg-type]
+                        owner=owner, waiting=detail, error=detail):
+        what = {
+            "abandoned": "recover(graph, url) finds it and finishes it (so does remit worker)",
+            "parked": "the app's next resume continues it; recover() leaves it alone",
+            "failed": "recover(graph, url, retry_failed=True) runs it again",
+            "needs-attention": "settle its effect (remit effects resolve), then recover()",
+            "done": "recover() leaves it alone",
+        }[status]
+        return (f"thread {thread_id!r} is kept in the run lifecycle as {status} (framework "
+                f"{FRAMEWORK!r}, name {name!r}): {what}")
+    run = store.get_run(thread_id)
+    shown = "" if run is None else f" ({run.status}, name {run.name!r})"
+    return (f"thread {thread_id!r}: its run lifecycle was recorded before{shown} and is "
+            "left as it is")
+
+
 __all__ = ["MARKER_RUN", "ImportCounts", "RecordsRefused", "StockSource", "default_allowed",
-           "import_thread", "migrate", "open_source", "scan_record"]
+           "import_thread", "lifecycle_of", "migrate", "open_source", "scan_record"]
