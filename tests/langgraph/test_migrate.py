@@ -818,3 +818,28 @@ def test_a_stock_thread_whose_node_raised_imports_failed(tmp_path: Path,
                                 "message": "ValueError('card declined for t')"}
         assert live.error == {"type": "ValueError", "message": "card declined for t"}
         assert recover(graph).total == 0
+
+
+def cli_graph() -> Any:
+    """What ``--app tests.langgraph.test_migrate:cli_graph`` loads: the recovery tests'
+    graph, compiled without a checkpointer (its ledger from REMIT_TEST_LEDGER)."""
+    return lrw.build(os.environ["REMIT_TEST_LEDGER"]).compile(name=lrw.NAME)
+
+
+def test_the_cli_keeps_lifecycles_with_the_apps_graph(
+        stock_runs: tuple[str, Path], store_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``remit migrate langgraph --app MODULE:ATTR``: the graph ``remit worker`` takes, so
+    a thread the stock process left mid-run is found by recover; an import that takes no
+    graph refuses the option."""
+    path, ledger = stock_runs
+    monkeypatch.setenv("REMIT_TEST_LEDGER", str(ledger))
+    assert main(["migrate", "langgraph", "--from", path, "--to", store_url,
+                 "--app", "tests.langgraph.test_migrate:cli_graph"]) == 0
+    assert "'killed' is kept in the run lifecycle as abandoned" in capsys.readouterr().out
+    with open_store(store_url) as store:
+        assert {r.run_id: r.lifecycle.status for r in store.list_runs()  # type: ignore[union-attr]
+                } == {"killed": "abandoned", "finished": "done", "asked": "parked"}
+    assert main(["migrate", "crewai", "--from", path, "--to", store_url,
+                 "--app", "tests.langgraph.test_migrate:cli_graph"]) == 2
+    assert "--app: the crewai import takes no graph" in capsys.readouterr().err

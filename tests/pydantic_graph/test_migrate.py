@@ -515,7 +515,8 @@ def test_a_finished_stock_run_imports_as_done(store_url: str, tmp_path: Path,
 def test_the_cli_keeps_the_run_under_the_name_given(store_url: str, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """``--name``: the lifecycle name of the imported run (a named graph's, which the
-    command line cannot infer); a framework whose import keeps no lifecycle refuses it."""
+    command line cannot infer without the graph); a framework whose import keeps no
+    lifecycle refuses it. ``--app``: the graph, whose name is used."""
     ledger, path = tmp_path / "ledger", tmp_path / "f2.json"
     s: FileStatePersistence[Any, Any] = FileStatePersistence(path)
     asyncio.run(rw.graph.run(rw.A(), state=rw.Job(run="f2", ledger=str(ledger)),
@@ -523,9 +524,17 @@ def test_the_cli_keeps_the_run_under_the_name_given(store_url: str, tmp_path: Pa
     assert main(["migrate", "pydantic-graph", "--from", str(path), "--to", store_url,
                  "--run-id", "f2", "--name", rw.NAME]) == 0
     assert inspected(store_url, "done", capsys) == [("f2", "done", "pydantic-graph", rw.NAME)]
+    # --app: the graph itself (its name, and its types checked), as remit worker takes it
+    path3 = tmp_path / "f3.json"
+    asyncio.run(rw.graph.run(rw.A(), state=rw.Job(run="f3", ledger=str(ledger)),
+                             persistence=FileStatePersistence(path3)))
+    assert main(["migrate", "pydantic-graph", "--from", str(path3), "--to", store_url,
+                 "--run-id", "f3", "--app", "tests.pydantic_graph.pg_recovery_workers:graph"]
+                ) == 0
+    assert ("f3", "done", "pydantic-graph", rw.NAME) in inspected(store_url, "done", capsys)
     assert main(["migrate", "langgraph", "--from", str(tmp_path / "none.db"), "--to",
                  store_url, "--name", "x"]) == 2
-    assert "--name: the langgraph import keeps no run lifecycle" in capsys.readouterr().err
+    assert "--name: the langgraph import takes no name" in capsys.readouterr().err
 
 
 def stock_pending(path: Path, ledger: str) -> None:

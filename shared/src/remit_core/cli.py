@@ -280,10 +280,24 @@ def _migrate(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {} if args.run_id is None else {"run_id": args.run_id}
     if args.name is not None:
         if "name" not in inspect.signature(migrate).parameters:
-            print(f"remit: --name: the {args.framework} import keeps no run lifecycle to "
-                  "name; leave the option out", file=sys.stderr)
+            print(f"remit: --name: the {args.framework} import takes no name (a run it "
+                  "keeps is under its graph's name, from --app); leave the option out",
+                  file=sys.stderr)
             return 2
         options["name"] = args.name
+    if args.app is not None:
+        if "graph" not in inspect.signature(migrate).parameters:
+            print(f"remit: --app: the {args.framework} import takes no graph; leave the "
+                  "option out", file=sys.stderr)
+            return 2
+        from remit_core.worker import load_app
+
+        found = load_app(args.app)
+        if len(found) != 1:
+            print(f"remit: --app {args.app}: names {len(found)} objects; the import takes "
+                  "one graph", file=sys.stderr)
+            return 2
+        options["graph"] = found[0]
     report = migrate(args.source, args.target, **options)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -423,6 +437,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--run-id", dest="run_id", default=None,
                        help="the run id to store under, for a source that holds one run "
                             "and does not name it; elsewhere, import only this run")
+        p.add_argument("--app", default=None, metavar="MODULE:ATTR",
+                       help="the app's graph (langgraph: a compiled graph; pydantic-graph: a "
+                            "Graph), as for `remit worker`: its types are checked and each "
+                            "imported run is kept in the run lifecycle, so `recover` and "
+                            "`remit worker` find the runs a stock process left mid-run")
         p.add_argument("--name", default=None,
                        help="the name the imported run is kept under in the run lifecycle "
                             "(what `recover` and `remit worker` look for; pydantic-graph: "

@@ -56,8 +56,9 @@ pruned or deleted since.
 The run lifecycle (``graph=``). Without a graph the import keeps no run lifecycle: an
 imported thread has checkpoints but no status, so ``Store.list_runs(status=...)``,
 ``remit inspect --status`` and :func:`remit_langgraph.recover` do not see it until it
-is next invoked under remit. With ``migrate(..., graph=graph)`` (Python only: the
-command line cannot import the app's graph) each imported thread gets the lifecycle
+is next invoked under remit. With ``migrate(..., graph=graph)`` (``remit migrate
+langgraph ... --app package.module:graph`` on the command line) each imported thread
+gets the lifecycle
 remit would have recorded had it run under remit, framework ``"langgraph"``, name the
 graph's ``name`` (LangGraph's default ``"LangGraph"`` when it has none), exactly what
 :func:`~remit_langgraph.recover` looks for. It is decided from
@@ -178,9 +179,9 @@ def migrate(source: str | os.PathLike[str] | BaseCheckpointSaver[Any], target: s
             report.notes.append(
                 "no run lifecycle was kept (no graph given): the imported threads have no "
                 "status, so list_runs(status=...), remit inspect --status and recover() do "
-                "not see them until they next run under remit; to keep one, call "
-                "remit_langgraph.migrate.migrate(source, target, graph=graph) with the "
-                "app's compiled graph")
+                "not see them until they next run under remit; to keep one, give the "
+                "app's compiled graph: remit migrate langgraph ... --app "
+                "package.module:graph, or migrate(source, target, graph=graph)")
         if threads and not src._has_task_path():
             report.notes.append("the source's writes table has no task_path column (it "
                                 "predates LangGraph recording it): writes were imported with ''")
