@@ -9,6 +9,10 @@ recoverers.
 * ``asking``: ``ask`` parks on human feedback with ``emit`` options (left parked);
 * ``reviewing``: ``review`` parks on human feedback -> ``after`` (a kill point on resume).
 
+``InputsFlow`` (:func:`inputs_flow`) reads its kickoff's inputs in its first method,
+``first`` (a kill point), and writes to a ledger fixed with the class (not a state
+field: what a recovery restores is what is checked).
+
 A child that must die runs its flows until each killable one is at its kill point,
 reports that through a pipe, and blocks until the parent SIGKILLs it. The oracle is a
 ledger file (O_APPEND + fsync): every method entry and every real effect call appends
@@ -35,7 +39,7 @@ from crewai.flow.persistence import persist
 from pydantic import BaseModel
 
 from remit_check.crewai.flows import Park
-from remit_crewai import RemitFlowPersistence, arecover, durable, effect, recover
+from remit_crewai import RemitFlowPersistence, arecover, durable, effect, fork, recover
 from tests.crewai import _env  # noqa: F401  (before crewai)
 from tests.workers import break_recovery, note, recover_until_done
 
@@ -155,6 +159,39 @@ def flows(url: str, lease: float | None = None) -> dict[str, type[Flow[Any]]]:
     return {"RecoveryFlow": RecoveryFlow, "OtherFlow": OtherFlow}
 
 
+class IState(BaseModel):
+    amount: int = 0
+    note: str = ""
+    log: list[str] = []
+
+
+@functools.cache
+def inputs_flow(url: str, ledger: str, lease: float | None = None) -> type[Flow[Any]]:
+    """A flow whose first method reads the kickoff's inputs (``amount``, ``note``)."""
+    backend = RemitFlowPersistence.from_url(url, lease=lease)
+
+    @durable
+    @persist(backend)
+    class InputsFlow(Flow[IState]):
+        _skip_auto_memory = True
+
+        @start()
+        def first(self) -> str:
+            seen = f"{self.state.amount} {self.state.note or '-'}"
+            note(ledger, f"enter first {self.state.id} {seen} {os.getpid()}")
+            _halt("first", self.state.id)
+            self.state.log.append(f"first {seen}")
+            return seen
+
+        @listen(first)
+        def second(self, seen: str) -> str:
+            note(ledger, f"enter second {self.state.id} {seen}")
+            self.state.log.append("second")
+            return f"second after {seen}"
+
+    return InputsFlow
+
+
 def recovery_flow(url: str, lease: float | None = None) -> type[Flow[Any]]:
     return flows(url, lease)["RecoveryFlow"]
 
@@ -235,6 +272,69 @@ def resume_and_die(url: str, flow_id: str, value: str, conn: Connection) -> None
     flow = recovery_flow(url, LEASE)
     flow.from_pending(flow_id, RemitFlowPersistence.from_url(url, lease=LEASE)).resume(value)
     conn.send(("finished", flow_id))
+
+
+def die_in_first(url: str, ledger: str, how: str, flow_id: str, inputs: dict[str, Any],
+                 conn: Connection) -> None:
+    """Start ``flow_id`` of :func:`inputs_flow` with ``inputs`` and report from inside its
+    first method (``("in first", flow id)``), then block until SIGKILLed. ``how``:
+    ``kickoff``, or ``fork`` (``flow_id`` is the source: the fork of it with ``inputs``)."""
+    global _stop
+
+    def stop(method: str, fid: str) -> None:
+        conn.send(("in first", fid))
+        threading.Event().wait()
+
+    _stop = stop
+    flow = inputs_flow(url, ledger, LEASE)
+    if how == "fork":
+        fork(flow(), flow_id, inputs)
+    else:
+        flow().kickoff(inputs={"id": flow_id, **inputs})
+    conn.send(("finished", flow_id))
+
+
+def resume_until_lifecycle(url: str, flow_ids: list[str], value: str, lease: float,
+                           conn: Connection) -> None:
+    """Resume the parked reviews of ``flow_ids`` with ``value`` (one thread each) on a store
+    of lease ``lease``, and stop each between its claim on the feedback and the record of
+    its execution (its ``start_run``): report ``("claimed", flow_ids)`` once all are there
+    and block. An answer on ``conn`` lets them go on; then report ``("finished", {flow id:
+    result})``."""
+    backend = RemitFlowPersistence.from_url(url, lease=lease)
+    store = backend.store  # the store the flows use (one per URL and lease)
+    real = store.start_run
+    arrived: list[str] = []
+    lock = threading.Lock()
+    all_there, go = threading.Event(), threading.Event()
+
+    def gate(run_id: str, **kwargs: Any) -> Any:
+        if run_id in flow_ids:
+            # the resume claimed the feedback already (the claim comes first)
+            with lock:
+                arrived.append(run_id)
+                if len(arrived) == len(flow_ids):
+                    all_there.set()
+            go.wait()
+        return real(run_id, **kwargs)
+
+    store.start_run = gate  # type: ignore[method-assign]
+    flow = recovery_flow(url, lease)
+    results: dict[str, Any] = {}
+
+    def resume(fid: str) -> None:
+        results[fid] = flow.from_pending(fid, backend).resume(value)
+
+    threads = [threading.Thread(target=resume, args=(f,), daemon=True) for f in flow_ids]
+    for t in threads:
+        t.start()
+    all_there.wait()
+    conn.send(("claimed", sorted(arrived)))
+    conn.recv()  # a dying one blocks here until the parent kills it
+    go.set()
+    for t in threads:
+        t.join()
+    conn.send(("finished", results))
 
 
 def recoverer(url: str, barrier: Any, results: Any, api: str, broken: bool) -> None:

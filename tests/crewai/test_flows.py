@@ -189,10 +189,12 @@ def test_invalid_state_is_refused_and_the_flow_stays_resumable(store_url: str,
     err = info.value
     assert err.field == "count" and err.run_id == "cv" and err.step == "e0/bump#0"
     assert "count" in str(err) and "'cv'" in str(err)
-    # nothing of bump was stored: the latest state is begin's, and it loads
+    # nothing of bump was stored: the latest state is begin's, and it loads (before it:
+    # the state the kickoff started begin with, its inputs on the defaults)
     latest = backend.load_state("cv")
     assert latest is not None and latest["count"] == 0
-    assert [c.metadata["method"] for c in backend.store.list_checkpoints("cv", ns="")] == ["begin"]
+    assert [c.metadata["method"] for c in backend.store.list_checkpoints("cv", ns="")] == [
+        "begin", "_kickoff"]
     # fixed input: begin replays, bump runs again and succeeds
     flow = cls()
     assert flow.kickoff(inputs={"id": "cv", "value": 5}) == 5

@@ -7,7 +7,11 @@ executor's lease runs out the flows read as abandoned, and :func:`remit_crewai.r
 continues each under its own id (``kickoff(inputs={"id": ...})``): ``a`` and ``b`` do
 not run again, the effect fired once, ``c`` runs once more. Flows that finished or
 parked are left alone; a second recovery finds nothing. A resume of parked feedback
-killed after its claim is finished with the value it claimed. Eight recoverer processes
+killed after its claim is finished with the value it claimed, also one killed before it
+recorded its execution (the run still parked; eight recoverers racing over such runs
+finish each once, and a live resume stopped at the same point is not taken from). A
+flow killed inside its first method is recovered from the state it started with: the
+kickoff's inputs, a fork's source state, the previous execution's state. Eight recoverer processes
 racing over the same abandoned flows finish each exactly once: 16 flows by default,
 ``REMIT_RACE_RUNS=200`` (the issue's number) races over that many. Eight recoverers of
 which two are SIGKILLed inside method c of a flow they continue leave those flows to the
@@ -32,6 +36,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +56,8 @@ from remit_crewai import (
     RemitFlowPersistence,
     arecover,
     durable,
+    fork_id,
+    new_execution,
     recover,
 )
 from remit_crewai.recovery import recoverable
@@ -215,6 +222,207 @@ def test_a_resume_killed_after_its_claim_is_finished_with_its_value(
     run = backend.store.get_run("rv")
     assert run is not None and (run.status, run.attempts) == ("done", 3)
     assert recover(flow).total == 0
+
+
+def _claimed_then_killed(url: str, flow_ids: list[str], value: str, lease: float
+                         ) -> tuple[Any, Any]:
+    """Start a child that resumes the parked reviews ``flow_ids`` with ``value`` and stops
+    each between its claim and the record of its execution; return (process, pipe) once
+    all are there (the caller kills it, or lets it go on)."""
+    parent, child = CTX.Pipe()
+    proc = CTX.Process(target=w.resume_until_lifecycle,
+                       args=(url, flow_ids, value, lease, child))
+    proc.start()
+    child.close()
+    assert parent.poll(180), "the child never claimed the feedback"
+    assert parent.recv() == ("claimed", sorted(flow_ids))
+    return proc, parent
+
+
+def _kill(proc: Any) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.join(30)
+    assert proc.exitcode == -signal.SIGKILL
+
+
+def wait_claims_lapse(store: Store, flow_ids: list[str]) -> None:
+    """Poll until each flow's feedback claim is held under a lease that ran out."""
+    def lapsed() -> bool | None:
+        claims = [c for f in flow_ids for c in store.list_claims(f)]
+        return True if len(claims) == len(flow_ids) and all(
+            c.status == "claimed" and c.lease_until <= time.time() for c in claims) else None
+
+    assert poll(lapsed, within=w.LEASE + 30, pause=0.05, most=0.25), \
+        [c for f in flow_ids for c in store.list_claims(f)]
+
+
+def park_reviews(url: str, ledger: Path, flow_ids: list[str]) -> None:
+    flow = w.recovery_flow(url)
+    for f in flow_ids:
+        parked = flow().kickoff(inputs={"id": f, "ledger": str(ledger), "mode": "reviewing"})
+        assert isinstance(parked, HumanFeedbackPending), parked
+
+
+def test_a_resume_killed_between_its_claim_and_its_lifecycle_is_finished(
+        store_url: str, tmp_path: Path, persistence: RemitFlowPersistence) -> None:
+    """A resume claims the parked feedback and is SIGKILLed before it records its execution
+    in the run lifecycle: the run still reads ``parked``. Once the claim's lease ran out,
+    recovery finishes it with the claimed value, once. Another resume stopped at the same
+    point but alive (its lease runs) is not taken from: it goes on and finishes its own."""
+    ledger = tmp_path / "ledger"
+    store = persistence.store
+    park_reviews(store_url, ledger, ["dead", "alive"])
+    dying, _ = _claimed_then_killed(store_url, ["dead"], "dead-ok", w.LEASE)
+    _kill(dying)
+    live, pipe = _claimed_then_killed(store_url, ["alive"], "live-ok", 600.0)
+    try:
+        for f in ("dead", "alive"):
+            run = store.get_run(f)
+            assert run is not None and (run.status, run.attempts) == ("parked", 1), run
+        wait_claims_lapse(store, ["dead"])
+        flow = w.recovery_flow(store_url)
+        report = recover(flow)
+        assert report.recovered == ["dead"], report
+        assert (report.failed, report.skipped, report.attention) == ({}, [], {}), report
+        seen = counts(ledger)
+        assert (seen["enter review dead"], seen["enter after dead"]) == (1, 1), seen
+        assert "enter after dead dead-ok" in " ".join(ledger_lines(ledger))
+        state = persistence.load_state("dead")
+        assert state is not None and state["log"] == ["a", "after dead-ok"]
+        assert persistence.epoch("dead").result == "reviewed dead-ok"
+        run = store.get_run("dead")
+        assert run is not None and (run.status, run.attempts) == ("done", 2), run
+        [claim] = store.list_claims("dead")
+        assert (claim.status, claim.value, claim.fence) == ("consumed", "dead-ok", 2)
+        # the live resume was left alone: still parked, its claim its own
+        run = store.get_run("alive")
+        assert run is not None and run.status == "parked", run
+        [held] = store.list_claims("alive")
+        assert (held.status, held.fence) == ("claimed", 1), held
+        assert held.owner is not None and f":{live.pid}:" in held.owner
+        assert seen["enter after alive"] == 0
+        pipe.send("go on")
+        assert pipe.poll(180) and pipe.recv() == ("finished", {"alive": "reviewed live-ok"})
+    finally:
+        live.kill()
+        live.join(30)
+    seen = counts(ledger)
+    assert seen["enter after alive"] == 1 and seen["enter after dead"] == 1, seen
+    run = store.get_run("alive")
+    assert run is not None and (run.status, run.attempts) == ("done", 2), run
+    assert recover(w.recovery_flow(store_url)).total == 0
+
+
+@pytest.mark.slow
+def test_recoverers_racing_over_dead_resumes_finish_each_once(store_url: str,
+                                                               tmp_path: Path) -> None:
+    """Eight flows whose resume died between its claim and its lifecycle record, then eight
+    recoverer processes released at once (four with recover, four with arecover): each
+    flow is finished by exactly one of them, with the claimed value, ``after`` entered
+    once."""
+    ledger = tmp_path / "ledger"
+    flow_ids = [f"d{i}" for i in range(8)]
+    park_reviews(store_url, ledger, flow_ids)
+    dying, _ = _claimed_then_killed(store_url, flow_ids, "yes", w.LEASE)
+    _kill(dying)
+    with RemitFlowPersistence.from_url(store_url) as backend:
+        wait_claims_lapse(backend.store, flow_ids)
+        k = 8
+        barrier, results = CTX.Barrier(k), CTX.Queue()
+        procs = [CTX.Process(target=w.recoverer, args=(
+                     store_url, barrier, results, "kickoff_async" if i % 2 else "kickoff", False))
+                 for i in range(k)]
+        for p in procs:
+            p.start()
+        reports = drain(results, k, timeout=300)
+        join_all(procs)
+        recovered = Counter(f for _, done, _, _ in reports for f in done)
+        assert all(not failed for _, _, failed, _ in reports), reports
+        assert recovered == Counter({f: 1 for f in flow_ids}), reports
+        seen = counts(ledger)
+        for f in flow_ids:
+            assert (seen[f"enter review {f}"], seen[f"enter after {f}"]) == (1, 1), seen
+            run = backend.store.get_run(f)
+            assert run is not None and (run.status, run.attempts) == ("done", 2), run
+            [claim] = backend.store.list_claims(f)
+            assert (claim.status, claim.value) == ("consumed", "yes"), claim
+            assert backend.epoch(f).result == "reviewed yes"
+
+
+@pytest.mark.parametrize("how", ["kickoff", "fork", "new-execution"])
+def test_a_flow_killed_inside_its_first_method_is_recovered_with_its_inputs(
+        store_url: str, tmp_path: Path, persistence: RemitFlowPersistence, how: str) -> None:
+    """A flow SIGKILLed inside its first method, before CrewAI stored any state of the
+    execution: recovery runs that method again from the state it started with, the
+    kickoff's inputs on the class's defaults (``kickoff``), on the source's state
+    (``fork``), or on the previous execution's state (``new-execution``)."""
+    ledger = str(tmp_path / "ledger")
+    flow = w.inputs_flow(store_url, ledger)
+    if how == "kickoff":
+        fid, inputs, seen = "in-1", {"amount": 30, "note": "given"}, "30 given"
+        target = fid
+    elif how == "fork":
+        flow().kickoff(inputs={"id": "src", "amount": 7, "note": "source"})
+        inputs, seen = {"note": "forked"}, "7 forked"
+        fid, target = fork_id(persistence, "src", inputs), "src"
+    else:
+        flow().kickoff(inputs={"id": "ne", "amount": 1, "note": "one"})
+        assert new_execution("ne", persistence) == 1
+        fid, inputs, seen = "ne", {"amount": 5, "note": "two"}, "5 two"
+        target = fid
+    before = len(ledger_lines(Path(ledger)))  # the source's or the first execution's
+    parent, child = CTX.Pipe()
+    proc = CTX.Process(target=w.die_in_first,
+                       args=(store_url, ledger, "fork" if how == "fork" else "kickoff",
+                             target, inputs, child))
+    proc.start()
+    child.close()
+    _killed(proc, parent, ("in first", fid))
+    wait_abandoned(persistence.store, [fid])
+    report = recover(flow)
+    assert report.recovered == [fid], report
+    firsts = [" ".join(line.split()[3:5]) for line in ledger_lines(Path(ledger))[before:]
+              if line.startswith(f"enter first {fid} ")]
+    assert firsts == [seen, seen], ledger_lines(Path(ledger))  # the killed one, the recovery
+    state = persistence.load_state(fid)
+    assert state is not None
+    earlier = {"kickoff": [], "fork": ["first 7 source", "second"],
+               "new-execution": ["first 1 one", "second"]}[how]
+    assert state["log"] == [*earlier, f"first {seen}", "second"], state
+    assert persistence.epoch(fid).result == f"second after {seen}"
+    run = persistence.store.get_run(fid)
+    assert run is not None and run.status == "done", run
+
+
+def test_a_kickoff_stores_the_state_its_first_method_starts_with(
+        store_url: str, persistence: RemitFlowPersistence, tmp_path: Path) -> None:
+    """What a kickoff stores before its first method runs (in this process): the state
+    it starts with, when a restore of the flow id would give another one; nothing for a
+    kickoff with only an id, nor for a resume whose execution stored states already."""
+    ledger = str(tmp_path / "ledger")
+    flow = w.inputs_flow(store_url, ledger)
+    seen: dict[str, Any] = {}
+
+    @durable
+    @persist(persistence)
+    class Peek(Flow[w.IState]):
+        _skip_auto_memory = True
+
+        @start()
+        def first(self) -> str:
+            seen[self.state.id] = persistence.load_state(self.state.id)
+            return "first"
+
+    Peek().kickoff(inputs={"id": "p-1", "amount": 3})
+    assert seen["p-1"] is not None and (seen["p-1"]["amount"], seen["p-1"]["id"]) == (3, "p-1")
+    Peek().kickoff(inputs={"id": "p-2"})  # a restore gives the defaults: nothing to store
+    assert seen["p-2"] is None
+    assert [c.metadata["method"] for c in persistence.store.list_checkpoints("p-1", ns="")] \
+        == ["first", "_kickoff"]
+    assert flow().kickoff(inputs={"id": "p-3", "note": "n"}) == "second after 0 n"
+    assert [c.metadata["method"] for c in persistence.store.list_checkpoints("p-3", ns="")] \
+        == ["second", "first", "_kickoff"]
 
 
 @pytest.mark.slow

@@ -19,7 +19,13 @@ seams only:
   deliveries one wins, the others raise :class:`~remit_core.ConsumeConflict`.
   The winner's value is recorded on the claim; a winner that dies is taken
   over after the lease by ``kickoff(inputs={"id": ...})``, which finishes
-  the flow with the recorded value (LV).
+  the flow with the recorded value (LV), and by :func:`remit_crewai.recover`, also
+  when it died before its execution was recorded (:func:`afinish_claimed`).
+* **The state a kickoff starts from (LV, RD).** CrewAI stores a state only after a
+  method, so before the first method of an execution runs, the state it starts with
+  (the kickoff's inputs applied; for a fork, on the source's state) is stored when
+  restoring the flow id would give another one: a flow killed inside that method is
+  recovered from it, not from the class's defaults.
 * **Executions.** A flow id has numbered executions (epochs). ``kickoff`` of a
   flow id whose execution finished returns the recorded result and runs
   nothing; :func:`new_execution` starts the next execution, which runs every
@@ -27,25 +33,29 @@ seams only:
   (``conversational = True``) start a new execution on every turn.
 * **The run lifecycle.** Each kickoff or resume that runs something keeps the flow
   id's lifecycle in the store (remit-core's :func:`~remit_core.adapter.keep_run`):
-  from the moment its flow id is fixed (its first method, or the claim of a resume)
-  the run is ``running`` under a lease renewed in the background, and when the call
-  returns or raises it is ``done`` (the flow finished), ``parked`` (it waits for human
-  feedback: the method, message and ``emit`` options), ``failed`` (an exception or a
-  cancellation: its type and message) or ``needs-attention`` (an effect in doubt). The
-  lifecycle's name is the flow's ``name`` (CrewAI's field), else its class's name. A run
-  whose process died reads as abandoned once its lease runs out;
-  :func:`remit_crewai.recover` continues it. A kickoff that returns a finished
-  execution's recorded result runs nothing and records nothing.
+  from the moment its flow id is fixed (its first method, once the state it starts
+  from is stored; or the claim of a resume) the run is ``running`` under a lease
+  renewed in the background, and when the call returns or raises it is ``done`` (the
+  flow finished), ``parked`` (it waits for human feedback: the method, message and
+  ``emit`` options), ``failed`` (an exception or a cancellation: its type and message)
+  or ``needs-attention`` (an effect in doubt). The lifecycle's name is the flow's
+  ``name`` (CrewAI's field), else its class's name. A run whose process died reads as
+  abandoned once its lease runs out; :func:`remit_crewai.recover` continues it. A
+  kickoff that returns a finished execution's recorded result runs nothing and records
+  nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import copy
 import functools
 import inspect
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 from crewai.flow.async_feedback.types import HumanFeedbackPending
@@ -66,6 +76,7 @@ from remit_core.adapter import (
 from remit_crewai._seam import check_flow_class, feedback_waiting, flow_name
 from remit_crewai.persistence import (
     FRAMEWORK,
+    KICKOFF_METHOD,
     RemitFlowPersistence,
     active_run,
     dump_state,
@@ -105,11 +116,17 @@ class _Run:
 
     def bind(self, flow_id: str | None = None, *, epoch: int | None = None,
              position: dict[str, Any] | None = None) -> str:
-        """Fix the flow id and execution on first use (the id is final once a method runs)."""
+        """Fix the flow id and execution on first use (the id is final once a method runs).
+
+        A kickoff binds at its first method (``epoch`` None), before that method runs:
+        the state the flow starts with is stored first (:meth:`_store_kickoff_state`),
+        then the lifecycle is kept. A resume binds with the parked execution's
+        ``epoch`` and ``position`` once its claim is won."""
         with self._lock:
             if self.flow_id is not None:
                 return self.flow_id
             fid = flow_id or str(self.flow.flow_id)
+            kickoff = epoch is None
             if epoch is None:
                 current = self.persistence.epoch(fid)
                 epoch = (self.persistence.new_execution(fid) if current.finished
@@ -122,11 +139,29 @@ class _Run:
             if isinstance(state, BaseModel):
                 self.state_type = type(state)
                 self.persistence.remember_state_type(fid, type(state))
+            if kickoff and not self._ended:
+                # before the lifecycle: a process killed between the two leaves no run to
+                # recover (as before a first method), never one recovered without its inputs
+                self._store_kickoff_state(fid)
             if not self._ended:  # the execution starts here: its id is final
                 self.keeper = keep_run(self.store, fid, framework=FRAMEWORK,
                                        name=flow_name(self.flow))
             self.flow_id = fid
             return fid
+
+    def _store_kickoff_state(self, fid: str) -> None:
+        """LV, RD: make the state this kickoff starts its first method with durable before
+        that method runs (CrewAI stores a state only after a method), so that a recovery
+        of a flow killed inside its first method (``kickoff(inputs={"id": ...})``, which
+        restores the latest state) starts it from the same state: the kickoff's inputs on
+        the class's defaults, on the previous execution's state, or on a fork's source.
+        Stored only when a recovery would restore something else (see
+        :meth:`RemitFlowPersistence.save_kickoff_state`); CV: checked like every state."""
+        state = self.flow.state
+        step = f"e{self.epoch}/{KICKOFF_METHOD}"
+        data = dump_state(state, flow_id=fid, step=step, state_type=self.state_type)
+        self.persistence.save_kickoff_state(fid, self.epoch, data,
+                                            default=_default_state(state, fid, step))
 
     def end(self, exc: BaseException | None = None, result: Any = None) -> None:
         """Record how this execution ended (once; nothing if it never bound a flow id):
@@ -199,6 +234,17 @@ class _Run:
 def _run_for(flow: Any) -> _Run | None:
     run = active_run()
     return run if isinstance(run, _Run) and run.flow is flow else None
+
+
+def _default_state(state: Any, fid: str, step: str) -> dict[str, Any] | None:
+    """The state a kickoff of ``fid`` restores when nothing is stored: the state class's
+    defaults with the flow id (None when it cannot be built: then it is not assumed)."""
+    try:
+        if isinstance(state, BaseModel):
+            return dump_state(type(state).model_validate({"id": fid}), flow_id=fid, step=step)
+    except (ValueError, RemitError):  # required fields, or defaults that do not validate
+        return None
+    return {"id": fid} if isinstance(state, dict) else None
 
 
 def _assign_state(flow: Any, data: dict[str, Any], inputs: dict[str, Any]) -> None:
@@ -292,9 +338,18 @@ def _finish(run: _Run, result: Any) -> None:
         run.persistence.finish_epoch(run.flow_id, run.epoch, None)
 
 
-async def _resume(flow: Any, feedback: str | None, original: Callable[..., Any]) -> Any:
+#: what :func:`_resume` returns with ``take_over`` when there was no dead resume to take over
+_NOT_TAKEN: Any = object()
+
+
+async def _resume(flow: Any, feedback: str | None, original: Callable[..., Any], *,
+                  take_over: bool = False) -> Any:
     """Claim the parked feedback, then let CrewAI resume. ``feedback=None`` (recovery)
-    continues with the value a dead resume recorded."""
+    continues with the value a dead resume recorded.
+
+    ``take_over`` (a recovery that found the run parked, see :func:`afinish_claimed`):
+    go on only by taking over a claim whose holder's lease ran out; a claim held by a
+    live resume, consumed or free is left as it is and ``_NOT_TAKEN`` returned."""
     context = flow._pending_feedback_context
     if context is None:
         return await original(flow, feedback or "")
@@ -305,11 +360,24 @@ async def _resume(flow: Any, feedback: str | None, original: Callable[..., Any])
     if found is None:
         raise RemitError(f"flow {flow_id!r}: no parked feedback is recorded in "
                          f"{persistence.url}; nothing to resume.")
+    if take_over and found[1] != "held":
+        return _NOT_TAKEN
     parked = found[0]
     key = feedback_key(flow_id, parked.checkpoint_id)
     owner = new_owner()
     digest = None if feedback is None else value_digest(feedback)
-    claim = _claim(store, key, flow_id, owner, digest, feedback)
+    try:
+        claim = _claim(store, key, flow_id, owner, digest, feedback,
+                       wait=0.0 if take_over else None)
+    except ConsumeConflict:
+        if take_over:  # CO: a live resume holds it, or another recoverer took it first
+            return _NOT_TAKEN
+        raise
+    if take_over and not claim.taken_over:
+        # the claim was free again (a resume that raised released it): a delivery's to
+        # make, with its own value; give it straight back
+        store.release_claim(key, owner=owner, fence=claim.fence)
+        return _NOT_TAKEN
     if feedback is None:
         feedback = "" if claim.value is None else str(claim.value)
         if claim.digest is None:  # nobody recorded a value: this recovery's is the value
@@ -337,12 +405,13 @@ async def _resume(flow: Any, feedback: str | None, original: Callable[..., Any])
 
 
 def _claim(store: Store, key: str, flow_id: str, owner: str, digest: str | None,
-           feedback: str | None) -> Claim:
+           feedback: str | None, *, wait: float | None = None) -> Claim:
     """Claim the parked feedback. A delivery (``feedback`` given) that loses raises at once;
     a recovery (``feedback=None``) that meets a holder which has not finished waits as the
     store's ``wait=`` URL option says (0, the default: it raises at once), as in every
-    adapter (:meth:`remit_core.Store.claim_once`)."""
-    return store.claim_once(key, run_id=flow_id, owner=owner, digest=digest, value=feedback)
+    adapter (:meth:`remit_core.Store.claim_once`), or ``wait`` seconds."""
+    return store.claim_once(key, run_id=flow_id, owner=owner, digest=digest, value=feedback,
+                            wait=wait)
 
 
 def _patch_kickoff(cls: type) -> None:
@@ -424,6 +493,8 @@ def _patch_kickoff(cls: type) -> None:
     cls.kickoff_async = kickoff_async  # type: ignore[attr-defined]
     cls.resume_async = resume_async  # type: ignore[attr-defined]
     cls.from_pending = classmethod(from_pending)  # type: ignore[attr-defined]
+    # CrewAI's own resume, for the recovery of a resume that died (afinish_claimed)
+    cls.__remit_resume__ = original_resume  # type: ignore[attr-defined]
 
 
 def durable(cls: F) -> F:
@@ -452,6 +523,46 @@ def durable(cls: F) -> F:
     _patch_kickoff(klass)
     klass.__remit_durable__ = True  # type: ignore[attr-defined]
     return cls
+
+
+# ----------------------------------------------------------------------- dead resumes
+
+
+async def afinish_claimed(flow_class: Any, flow_id: str,
+                          persistence: RemitFlowPersistence) -> bool:
+    """LV: finish the resume of ``flow_id``'s parked feedback whose resumer claimed it and
+    died before its execution was recorded (the run still reads ``parked``): take the
+    claim over once its lease ran out and resume with the value it records, in a flow of
+    ``flow_class`` on ``persistence``. The execution that follows keeps the run lifecycle
+    as every resume does (``parked`` -> ``running`` -> its end).
+
+    CO: the take-over is the store's one atomic claim: of k recoverers racing one takes
+    it, the others get False, and so does a recoverer that finds the claim held by a
+    live resume (its lease is renewed), consumed, or free. Exceptions of the resumed flow
+    propagate (its lifecycle records them)."""
+    found = persistence.pending(flow_id)
+    if found is None or found[1] != "held":
+        return False
+    try:
+        parked = flow_class.from_pending(flow_id, persistence)
+    except (ValueError, ConsumeConflict):  # consumed meanwhile: the winner finished it
+        return False
+    result = await _resume(parked, None, flow_class.__remit_resume__, take_over=True)
+    return result is not _NOT_TAKEN
+
+
+def finish_claimed(flow_class: Any, flow_id: str, persistence: RemitFlowPersistence) -> bool:
+    """:func:`afinish_claimed` for sync code (in a thread of its own when this one runs an
+    event loop, as CrewAI's ``resume`` cannot)."""
+    def run() -> bool:
+        return asyncio.run(afinish_claimed(flow_class, flow_id, persistence))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    with ThreadPoolExecutor(1, thread_name_prefix="remit-resume") as pool:
+        return pool.submit(contextvars.copy_context().run, run).result()
 
 
 # -------------------------------------------------------------------------------- helpers

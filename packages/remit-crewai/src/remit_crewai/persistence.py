@@ -9,6 +9,10 @@ CrewAI                           remit store
 ``save_state`` after a method    a checkpoint of kind ``crewai-state``, ``data`` =
                                  ``{"state", "method", "epoch"}``; with ``@durable``
                                  its id is derived from (flow, epoch, method, ordinal)
+the state a kickoff starts from  (``@durable``, before its first method runs) a
+                                 ``crewai-state`` checkpoint of method ``_kickoff``,
+                                 id derived from (flow, epoch); only when a restore
+                                 would give another state (``save_kickoff_state``)
 ``save_pending_feedback``        a checkpoint of kind ``crewai-pending`` that holds
                                  the state, the feedback context and the position of
                                  the run, in one write
@@ -92,6 +96,8 @@ PENDING_KIND = "crewai-pending"
 EPOCH_KIND = "crewai-epoch"
 EPOCH_NS = "remit-epoch"
 URL_ENV = "REMIT_CREWAI_URL"
+#: the method name of the state a ``@durable`` kickoff starts its first method with
+KICKOFF_METHOD = "_kickoff"
 FRAMEWORK = "crewai"
 """The framework part of remit-crewai's claim keys."""
 
@@ -321,6 +327,35 @@ class RemitFlowPersistence(FlowPersistence):
         self._write(flow_uuid, self._state_id(flow_uuid, method_name, run), state=state,
                     method=method_name, epoch=epoch, step=step)
 
+    def save_kickoff_state(self, flow_uuid: str, epoch: int, state: dict[str, Any], *,
+                           default: dict[str, Any] | None) -> bool:
+        """Store ``state`` (checked already, as :func:`dump_state` gives it) as the state
+        that execution ``epoch`` of the flow starts its first method with, before that
+        method runs; True when it was stored.
+
+        CrewAI stores a state only after a method, and a kickoff of the flow id restores
+        the latest stored one (the class's defaults, ``default``, when there is none). So
+        it is stored when the execution has stored no state yet and a restore would give
+        another one: the kickoff's inputs on the defaults, on the previous execution's
+        state or on an imported one, or a fork's source state. A kickoff with only an id
+        stores nothing, and neither does a resume of an execution that stored states
+        (its next method starts from them). Its id is derived from (flow, epoch): the
+        same in every process (RD)."""
+        latest = self.store.get_checkpoint(flow_uuid, with_writes=False)
+        if latest is None:
+            restored = default
+        else:
+            data = latest.data if isinstance(latest.data, dict) else {}
+            meta = latest.metadata if isinstance(latest.metadata, dict) else {}
+            if int(data.get("epoch", 0)) >= epoch and "migrated_from" not in meta:
+                return False  # this execution stored a state already
+            restored = data.get("state")
+        if restored == state:
+            return False
+        self._write(flow_uuid, derive_id(flow_uuid, f"crewai-kickoff/e{epoch}"), state=state,
+                    method=KICKOFF_METHOD, epoch=epoch, step=f"e{epoch}/{KICKOFF_METHOD}")
+        return True
+
     def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
         latest = self.store.get_checkpoint(flow_uuid, with_writes=False)
         if latest is None:
@@ -478,5 +513,5 @@ def not_remit(flow: Any) -> RemitError:
         "remit_crewai.use_as_default(url) at start-up.")
 
 
-__all__ = ["ConsumeConflict", "DurableRun", "Epoch", "RemitFlowPersistence", "current_run",
-           "dump_state", "feedback_key", "running"]
+__all__ = ["KICKOFF_METHOD", "ConsumeConflict", "DurableRun", "Epoch", "RemitFlowPersistence",
+           "current_run", "dump_state", "feedback_key", "running"]

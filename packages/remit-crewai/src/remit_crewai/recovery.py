@@ -20,6 +20,15 @@ claimed.
 ``remit worker --app myapp.flows:OrderFlow --store URL`` recovers them continuously
 (:func:`recoverable` is its entry point ``crewai.recover``).
 
+A resume that claimed parked feedback and died before its execution was recorded
+leaves the run ``parked`` (the claim comes first, so that of k racing deliveries one
+wins; the lifecycle is taken once it has). So a pass also looks at the parked runs of
+the class: one whose feedback claim is held under a lease that ran out is abandoned
+too, and is finished with the claimed value (:func:`remit_crewai._durable.afinish_claimed`:
+the take-over of the claim is atomic, so of k recoverers one finishes it; a claim a
+live resume renews is never taken). That costs a pass one read of the claims of each
+parked flow of the class.
+
 Plain flows (``@persist(RemitFlowPersistence...)`` without ``@durable``) keep no
 lifecycle: continuing one would run its completed methods again, so there is nothing a
 recovery could safely do with it.
@@ -27,7 +36,11 @@ recovery could safely do with it.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +54,11 @@ from remit_core.adapter import (
     RunState,
     apoll,
     arecover_runs,
+    ending,
     poll,
     recover_runs,
 )
-from remit_crewai._durable import persistence_of
+from remit_crewai._durable import afinish_claimed, finish_claimed, persistence_of
 from remit_crewai._seam import class_name
 from remit_crewai.persistence import FRAMEWORK, RemitFlowPersistence
 
@@ -72,6 +86,87 @@ def _held(exc: ConsumeConflict) -> bool:
 
 def _within(store: Store) -> float:
     return 2 * store.lease
+
+
+log = logging.getLogger("remit.recovery")
+
+#: parked runs listed at a time when looking for dead resumes
+PAGE = 100
+
+
+def _dead_resumes(store: Store, name: str) -> list[str]:
+    """The parked flows named ``name`` that hold a feedback claim whose lease ran out: a
+    resume claimed it and died before its execution was recorded. A hint, read with this
+    host's clock: the take-over itself is decided by the store (:func:`afinish_claimed`).
+    In a random order, so that recoverers listing the same flows do not all race for the
+    first one."""
+    found: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = store.list_runs(status="parked", framework=FRAMEWORK, name=name, limit=PAGE,
+                               cursor=cursor)
+        now = time.time()
+        for info in page:
+            if any(c.status == "claimed" and c.lease_until <= now
+                   for c in store.list_claims(info.run_id)):
+                found.append(info.run_id)
+        last = page[-1].lifecycle if page else None
+        if len(page) < PAGE or last is None:
+            return random.sample(found, len(found))
+        cursor = last.cursor
+
+
+def _left(limit: int | None, report: RecoveryReport) -> int | None:
+    return None if limit is None else limit - report.total
+
+
+def _settled(run_id: str, taken: bool, exc: Exception | None, report: RecoveryReport) -> None:
+    """Report one dead resume: finished, taken by another recoverer (or no longer dead),
+    or ended by an exception (its execution recorded it in the lifecycle)."""
+    if exc is None:
+        (report.recovered if taken else report.skipped).append(run_id)
+        if taken:
+            log.info("remit: recovered run %s (crewai): a resume that died after claiming "
+                     "its feedback, finished with the claimed value", run_id)
+        return
+    status, detail = ending(exc)
+    if status == "needs-attention":
+        report.attention[run_id] = detail["receipt"]
+    else:
+        report.failed[run_id] = f"{detail['type']}: {detail['message']}"
+    log.warning("remit: run %s (crewai) failed in recovery: %s", run_id, exc)
+
+
+def _finish_dead_resumes(flow_class: Any, backend: RemitFlowPersistence, name: str,
+                         limit: int | None, stop: threading.Event | None,
+                         report: RecoveryReport) -> None:
+    left = _left(limit, report)
+    for run_id in _dead_resumes(backend.store, name):
+        if (stop is not None and stop.is_set()) or (left is not None and left < 1):
+            return
+        taken, error = False, None
+        try:
+            taken = finish_claimed(flow_class, run_id, backend)
+        except Exception as exc:  # the flow's failure is reported, not the pass's
+            error = exc
+        _settled(run_id, taken, error, report)
+        left = None if left is None else left - 1
+
+
+async def _afinish_dead_resumes(flow_class: Any, backend: RemitFlowPersistence, name: str,
+                                limit: int | None, stop: threading.Event | None,
+                                report: RecoveryReport) -> None:
+    left = _left(limit, report)
+    for run_id in await asyncio.to_thread(_dead_resumes, backend.store, name):
+        if (stop is not None and stop.is_set()) or (left is not None and left < 1):
+            return
+        taken, error = False, None
+        try:
+            taken = await afinish_claimed(flow_class, run_id, backend)
+        except Exception as exc:
+            error = exc
+        _settled(run_id, taken, error, report)
+        left = None if left is None else left - 1
 
 
 def _kickoff(store: Store, make: Callable[[], Any]) -> Callable[[RunState], None]:
@@ -112,13 +207,22 @@ def recover(flow_class: Any, *, name: str | None = None,
     receipt is settled. A flow gets at most ``max_attempts`` executions (0: no bound).
     ``owner`` names this recoverer in the store, ``lease`` its lease on each flow it
     takes (default: the store's). Once ``stop`` is set no further flow is taken (the
-    one being continued finishes). Returns a :class:`~remit_core.adapter.RecoveryReport`."""
+    one being continued finishes). Returns a :class:`~remit_core.adapter.RecoveryReport`.
+
+    Then the parked flows whose resume died between claiming the feedback and recording
+    its execution are finished with the claimed value, one at a time, after the
+    abandoned ones (see the module; ``limit`` counts them too). Their resume is an
+    ordinary one, not a recovery execution: it is recorded under a resume's own owner
+    and the store's lease, and it is the run's first execution since it parked, so
+    ``max_attempts`` does not stop it."""
     backend, make = _flows(flow_class, persistence)
     store = backend.store
-    return recover_runs(store, _kickoff(store, make), framework=FRAMEWORK,
-                        name=name or class_name(flow_class), limit=limit,
-                        concurrency=concurrency, owner=owner, lease=lease,
-                        retry_failed=retry_failed, max_attempts=max_attempts, stop=stop)
+    name = name or class_name(flow_class)
+    report = recover_runs(store, _kickoff(store, make), framework=FRAMEWORK, name=name,
+                          limit=limit, concurrency=concurrency, owner=owner, lease=lease,
+                          retry_failed=retry_failed, max_attempts=max_attempts, stop=stop)
+    _finish_dead_resumes(flow_class, backend, name, limit, stop, report)
+    return report
 
 
 async def arecover(flow_class: Any, *, name: str | None = None,
@@ -148,11 +252,13 @@ async def arecover(flow_class: Any, *, name: str | None = None,
         if await apoll(attempt, within=_within(store), pause=0.01, most=0.25) is None:
             raise refused[-1]
 
-    return await arecover_runs(store, resume, framework=FRAMEWORK,
-                               name=name or class_name(flow_class), limit=limit,
-                               concurrency=concurrency, owner=owner, lease=lease,
-                               retry_failed=retry_failed, max_attempts=max_attempts,
-                               stop=stop)
+    name = name or class_name(flow_class)
+    report = await arecover_runs(store, resume, framework=FRAMEWORK, name=name, limit=limit,
+                                 concurrency=concurrency, owner=owner, lease=lease,
+                                 retry_failed=retry_failed, max_attempts=max_attempts,
+                                 stop=stop)
+    await _afinish_dead_resumes(flow_class, backend, name, limit, stop, report)
+    return report
 
 
 @dataclass
@@ -175,10 +281,12 @@ class FlowTarget:
     def recover(self, *, limit: int | None, concurrency: int, retry_failed: bool,
                 max_attempts: int, owner: str, stop: threading.Event) -> RecoveryReport:
         store = self.backend.store
-        return recover_runs(store, _kickoff(store, self.make), framework=FRAMEWORK,
-                            name=self.name, limit=limit, concurrency=concurrency,
-                            owner=owner, retry_failed=retry_failed,
-                            max_attempts=max_attempts, stop=stop)
+        report = recover_runs(store, _kickoff(store, self.make), framework=FRAMEWORK,
+                              name=self.name, limit=limit, concurrency=concurrency,
+                              owner=owner, retry_failed=retry_failed,
+                              max_attempts=max_attempts, stop=stop)
+        _finish_dead_resumes(self.flow_class, self.backend, self.name, limit, stop, report)
+        return report
 
     def close(self) -> None:
         if self.opened:
