@@ -4,7 +4,7 @@ process and in every worker process (they inherit the environment)."""
 
 from __future__ import annotations
 
-import atexit
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -28,9 +28,12 @@ def isolate() -> str:
         home = tempfile.mkdtemp(prefix="remit-crewai-")
         os.environ[HOME_VAR] = home
         OWNER = os.getpid()
-        # registered before anything else here uses the directory, so that it runs last
-        # (atexit is last in, first out): multiprocessing cleans its files in it first
-        atexit.register(_remove, home, OWNER)
+        # removed at exit after multiprocessing has removed its own temporary directory
+        # (pymp-*, inside TMPDIR, so inside this one): its finalizer has exit priority
+        # -100 and a lower one runs after it. (An atexit hook ran first whenever
+        # multiprocessing was imported before this module, and multiprocessing's then
+        # printed a FileNotFoundError traceback at the end of the session.)
+        multiprocessing.util.Finalize(None, _remove, args=(home, OWNER), exitpriority=-200)
     for sub in ("home", "data", "cache", "config", "tmp", "storage"):
         os.makedirs(os.path.join(home, sub), exist_ok=True)
     # TMPDIR moves here for the whole test session: other users must still reach the
