@@ -65,7 +65,14 @@ from remit_core.errors import (
     UnregisteredType,
 )
 from remit_core.ids import derive_id, value_digest
-from remit_core.migrate import MigrationError, MigrationReport, RecordsRefused
+from remit_core.migrate import (
+    MigrationError,
+    MigrationReport,
+    RecordsRefused,
+    import_lifecycle,
+    kept_note,
+    left_note,
+)
 from remit_core.records import Checkpoint, Claim, RunStart, RunState
 from remit_core.recovery import (
     DEFAULT_MAX_ATTEMPTS,
@@ -430,6 +437,10 @@ __all__ = [
     "keep_run",
     "recover_runs",
     "recovering",
+    # imports from stock layers
+    "import_lifecycle",
+    "kept_note",
+    "left_note",
     # the store, its records, ids and envelope
     "Checkpoint",
     "Claim",

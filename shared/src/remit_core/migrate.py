@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from remit_core.errors import RemitError
 from remit_core.registry import RegistrationError, registration, registrations
+
+if TYPE_CHECKING:
+    from remit_core.records import RunEnd, RunState
+    from remit_core.store import Store
 
 
 class MigrationError(RemitError):
@@ -93,3 +97,42 @@ def migrate_command(framework: str) -> Callable[..., MigrationReport]:
         raise MigrationError(f"remit migrate {framework}: {reg.target} (from {reg.distribution}) "
                              f"does not load: {type(exc).__name__}: {exc}") from exc
     return fn
+
+
+# ------------------------------------------------------------------------- run lifecycles
+
+#: what comes next for an imported run, by the lifecycle its import recorded
+NEXT_STEP = {
+    "abandoned": "recover(graph, url) finds it and finishes it (so does remit worker); "
+                 "a graph of another name finds it with recover(graph, url, name=...)",
+    "parked": "the app's next resume continues it; recover() leaves it alone",
+    "failed": "recover(graph, url, retry_failed=True) runs it again",
+    "needs-attention": "settle its effect (remit effects resolve), then recover()",
+    "done": "recover() leaves it alone",
+}
+
+
+def kept_note(what: str, run_id: str, status: str, *, framework: str, name: str) -> str:
+    """The report note for an imported ``what`` (run, thread) kept as ``status``."""
+    return (f"{what} {run_id!r} is kept in the run lifecycle as {status} (framework "
+            f"{framework!r}, name {name!r}): {NEXT_STEP[status]}")
+
+
+def left_note(what: str, run_id: str, run: RunState | None) -> str:
+    """The report note for an imported ``what`` whose recorded lifecycle was left alone."""
+    shown = "" if run is None else \
+        f" ({run.status}, name {run.name!r}, {run.attempts} execution(s))"
+    return (f"{what} {run_id!r}: its run lifecycle was recorded before{shown} and is left "
+            "as it is")
+
+
+def import_lifecycle(store: Store, what: str, run_id: str, *, framework: str, name: str,
+                     status: RunEnd | Literal["abandoned"], owner: str,
+                     detail: Any = None) -> str:
+    """Record an imported run's first lifecycle (:meth:`Store.import_run`: ``detail`` is
+    what a parked run waits for or a failed one failed with); the report note saying
+    what was recorded, or that the lifecycle recorded before is left as it is."""
+    if store.import_run(run_id, framework=framework, name=name, status=status, owner=owner,
+                        waiting=detail, error=detail):
+        return kept_note(what, run_id, status, framework=framework, name=name)
+    return left_note(what, run_id, store.get_run(run_id))

@@ -104,6 +104,7 @@ from remit_core.adapter import (
     MigrationReport,
     RecordsRefused,
     ending,
+    import_lifecycle,
     new_owner,
 )
 from remit_langgraph._contract import DEFAULT_NAME, FRAMEWORK
@@ -236,22 +237,9 @@ def _settle_lifecycle(graph: Any, store: Store, thread_id: str, src: StockSource
         return None
     status, detail = kept
     name = getattr(graph, "name", None) or DEFAULT_NAME
-    owner = f"migrate:{stock}:{new_owner()}"
-    if store.import_run(thread_id, framework=FRAMEWORK, name=name, status=status,  # type: ignore[arg-type]
-                        owner=owner, waiting=detail, error=detail):
-        what = {
-            "abandoned": "recover(graph, url) finds it and finishes it (so does remit worker)",
-            "parked": "the app's next resume continues it; recover() leaves it alone",
-            "failed": "recover(graph, url, retry_failed=True) runs it again",
-            "needs-attention": "settle its effect (remit effects resolve), then recover()",
-            "done": "recover() leaves it alone",
-        }[status]
-        return (f"thread {thread_id!r} is kept in the run lifecycle as {status} (framework "
-                f"{FRAMEWORK!r}, name {name!r}): {what}")
-    run = store.get_run(thread_id)
-    shown = "" if run is None else f" ({run.status}, name {run.name!r})"
-    return (f"thread {thread_id!r}: its run lifecycle was recorded before{shown} and is "
-            "left as it is")
+    return import_lifecycle(store, "thread", thread_id, framework=FRAMEWORK, name=name,
+                            status=status,  # type: ignore[arg-type]
+                            owner=f"migrate:{stock}:{new_owner()}", detail=detail)
 
 
 __all__ = ["MARKER_RUN", "ImportCounts", "RecordsRefused", "StockSource", "default_allowed",

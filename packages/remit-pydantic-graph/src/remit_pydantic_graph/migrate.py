@@ -103,7 +103,15 @@ from pydantic_graph.graph import Graph
 from pydantic_graph.persistence import SnapshotStatus
 
 from remit_core import ConsumeConflict, StateValidationError, Store, open_store
-from remit_core.adapter import MigrationError, MigrationReport, RunState, new_owner
+from remit_core.adapter import (
+    MigrationError,
+    MigrationReport,
+    RunState,
+    import_lifecycle,
+    kept_note,
+    left_note,
+    new_owner,
+)
 from remit_pydantic_graph.persistence import (
     DEFAULT_NAME,
     FRAMEWORK,
@@ -463,44 +471,24 @@ async def _settle_lifecycle(p: RemitStatePersistence[Any, Any], last: _Stock,
     status, detail = _lifecycle_of(last)
     current = await p._io(store.get_run, run_id)
     if current is not None and (not _imported(current) or _same(current, status, detail)):
-        return _left(run_id, current)
+        return left_note("run", run_id, current)
     owner = f"{OWNER_PREFIX}{new_owner()}"
     if current is None:  # the first record: one atomic insert, never over another's
-        if await p._io(store.import_run, run_id, framework=FRAMEWORK, name=name,
-                       status=status, owner=owner, waiting=detail, error=detail):
-            return _kept(run_id, status, name)
-        return _left(run_id, await p._io(store.get_run, run_id))  # recorded meanwhile
+        return await p._io(import_lifecycle, store, "run", run_id, framework=FRAMEWORK,
+                           name=name, status=status, owner=owner, detail=detail)
     # the import's own record brought up to date. abandoned: started with a lease that
     # has run out already, so a recovery takes it at once; the others: ended by the same
     # owner right after (the store's own lease between)
     start = await p._io(store.start_run, run_id, framework=FRAMEWORK, name=name, owner=owner,
                         lease=0.0 if status == "abandoned" else None)
     if not start.owns or start.run is None:  # an executor holds the run right now
-        return _left(run_id, start.run)
+        return left_note("run", run_id, start.run)
     if status != "abandoned" and not await p._io(
             store.end_run, run_id, owner=owner, fence=start.run.fence,
             status=status, waiting=detail, error=detail):
-        return _left(run_id, await p._io(store.get_run, run_id))  # taken over in between
-    return _kept(run_id, status, name)
-
-
-def _left(run_id: str, run: RunState | None) -> str:
-    shown = "" if run is None else f" ({run.status}, name {run.name!r}, {run.attempts} " \
-        "execution(s))"
-    return (f"run {run_id!r}: its run lifecycle was recorded before{shown} and is left as "
-            "it is")
-
-
-def _kept(run_id: str, status: Kept, name: str) -> str:
-    where = f"(framework {FRAMEWORK!r}, name {name!r})"
-    what = {
-        "abandoned": "recover(graph, url) finds it and finishes it (so does remit worker); "
-                     "a graph of another name finds it with recover(graph, url, name=...)",
-        "parked": "the app's next resume continues it; recover() leaves it alone",
-        "failed": "recover(graph, url, retry_failed=True) runs the failed node again",
-        "done": "recover() leaves it alone",
-    }[status]
-    return f"run {run_id!r} is kept in the run lifecycle as {status} {where}: {what}"
+        # taken over in between
+        return left_note("run", run_id, await p._io(store.get_run, run_id))
+    return kept_note("run", run_id, status, framework=FRAMEWORK, name=name)
 
 
 def _explain(p: RemitStatePersistence[Any, Any], history: list[_Stock], report: MigrationReport,
