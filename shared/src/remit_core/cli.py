@@ -278,15 +278,16 @@ def _migrate(args: argparse.Namespace) -> int:
 
     migrate = migrate_command(args.framework)
     options: dict[str, Any] = {} if args.run_id is None else {"run_id": args.run_id}
+    takes = inspect.signature(migrate).parameters
     if args.name is not None:
-        if "name" not in inspect.signature(migrate).parameters:
+        if "name" not in takes:
             print(f"remit: --name: the {args.framework} import takes no name (a run it "
                   "keeps is under its graph's name, from --app); leave the option out",
                   file=sys.stderr)
             return 2
         options["name"] = args.name
     if args.app is not None:
-        if "graph" not in inspect.signature(migrate).parameters:
+        if "graph" not in takes:
             print(f"remit: --app: the {args.framework} import takes no graph; leave the "
                   "option out", file=sys.stderr)
             return 2

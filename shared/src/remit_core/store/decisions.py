@@ -263,11 +263,10 @@ def import_run(cur: RunRow | None, *, run_id: str, framework: str, name: str,
     record inserted; False, with the stored record, when the run has a lifecycle."""
     if cur is not None:
         return Verdict(False, cur)
-    running = status == "abandoned"
     stored: RunStatus = "running" if status == "abandoned" else status
     return Verdict(True, RunRow(
         run_id, run_id, framework, name, stored,
-        owner if running else None, 1, now,
+        owner if stored == "running" else None, 1, now,
         detail if status in ("parked", "needs-attention") else None,
         detail if status == "failed" else None, 1, now, now), "insert")
 
