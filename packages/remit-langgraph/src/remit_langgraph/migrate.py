@@ -216,10 +216,12 @@ def lifecycle_of(graph: Any, config: Any, *, stock: str = "stock saver"
         if task.error is not None:  # LangGraph stores a node's error as its repr only
             return "failed", {"type": stock, "message": str(task.error)}
     nodes = sorted(set(state.next))
-    before = getattr(graph, "interrupt_before_nodes", None) or ()
+    # (Pregel's own fields, set by its constructor: read directly, so that a release
+    # without them fails loudly instead of reading every breakpoint as abandoned)
+    before = graph.interrupt_before_nodes or ()
     if before == "*" or any(n in before for n in nodes):
         return ending(None, {"breakpoint": "interrupt_before", "nodes": nodes}, parked=True)
-    after = getattr(graph, "interrupt_after_nodes", None) or ()
+    after = graph.interrupt_after_nodes or ()
     if after and state.parent_config is not None:
         ran = sorted({t.name for t in graph.get_state(state.parent_config).tasks})
         if after == "*" or any(n in after for n in ran):  # the loop then lists the next
