@@ -39,12 +39,14 @@ os.environ.update({
 import asyncio  # noqa: E402
 import atexit  # noqa: E402
 import contextlib  # noqa: E402
+import functools  # noqa: E402
 import shutil  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, cast  # noqa: E402
 
 from _bench import Row, compare, reps, temp_dir, us  # noqa: E402
 from crewai.flow.flow import Flow, listen, start  # noqa: E402
@@ -83,7 +85,7 @@ def flow_class(backend: Any, *, remit: bool) -> type[Flow[Counter]]:
     cls: type[Flow[Counter]] = scope["BenchFlow"]
     if backend is None:
         return cls
-    cls = persist(backend)(cls)
+    cls = cast(type[Flow[Counter]], persist(backend)(cls))
     return durable(cls) if remit else cls
 
 
@@ -113,7 +115,9 @@ def crewai_rows(directory: str) -> list[Row]:
                "none": flow_class(None, remit=False)}
     for cls in classes.values():
         _kickoff(cls)  # warm-up
-    got = compare({k: (lambda c=c: _kickoff(c)) for k, c in classes.items()}, n)
+    sides: dict[str, Callable[[], float]] = {
+        k: functools.partial(_kickoff, c) for k, c in classes.items()}
+    got = compare(sides, n)
     add_remit, add_stock = got["remit"] - got["none"], got["stock"] - got["none"]
     ratio = got["remit"] / got["stock"]
     return [Row(
@@ -181,7 +185,9 @@ def pydantic_graph_rows(directory: str) -> list[Row]:
     try:
         for make in makers.values():
             _graph_run(make)  # warm-up
-        got = compare({k: (lambda m=m: _graph_run(m)) for k, m in makers.items()}, n)
+        sides: dict[str, Callable[[], float]] = {
+            k: functools.partial(_graph_run, m) for k, m in makers.items()}
+        got = compare(sides, n)
     finally:
         full.close()
         normal.close()
