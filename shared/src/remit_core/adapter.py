@@ -53,6 +53,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from remit_core import aio
 from remit_core.errors import (
     ConsumeConflict,
     CorruptRecord,
@@ -249,7 +250,7 @@ def poll(check: Callable[[], T | None], *, within: float, pause: float = 0.002,
         return seen.pop() if seen else check()  # the policy sees the first call too
 
     left = within - (time.monotonic() - started)
-    result: T | None = Retrying(**_policy(left, pause, most))(attempt)
+    result: T | None = Retrying(sleep=aio.sleep, **_policy(left, pause, most))(attempt)
     return result
 
 
@@ -418,6 +419,8 @@ __all__ = [
     # keys
     "claim_key",
     "split_claim_key",
+    # the async API: sync code on the event loop, native async I/O
+    "aio",
     # waiting
     "apoll",
     "poll",

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
+from remit_core import aio
 from remit_core.adapter import (
     EffectScope,
     apoll,
@@ -208,7 +209,8 @@ def effect(
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                scope = current_scope()
+                # on the loop: a resolver may read the store (the step's checkpoint)
+                scope = await aio.run(current_scope)
                 if scope is None:
                     _warn_unscoped(ename)
                     return await func(*args, **_unscoped_kwargs(takes_key, kwargs))

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from remit_core import aio
 from remit_core.errors import EffectInDoubt, RemitError
 from remit_core.records import RunEnd, RunStart, RunState
 from remit_core.store import Store, new_owner
@@ -255,9 +256,9 @@ def keep_run(store: Store, run_id: str, *, framework: str, name: str,
 
 async def akeep_run(store: Store, run_id: str, *, framework: str, name: str,
                     lease: float | None = None) -> RunKeeper:
-    """:func:`keep_run` off the event loop."""
-    return await asyncio.to_thread(keep_run, store, run_id, framework=framework, name=name,
-                                   lease=lease)
+    """:func:`keep_run` from a coroutine (its store I/O awaits the async driver)."""
+    return await aio.run(keep_run, store, run_id, framework=framework, name=name,
+                         lease=lease)
 
 
 # ============================================================================== recovering
@@ -444,7 +445,7 @@ async def _aone(p: _Pass, item: _Next, resume: Callable[[RunState], Awaitable[An
                 ) -> RecoveryReport:
     report = RecoveryReport()
     start = item if isinstance(item, RunStart) else \
-        await asyncio.to_thread(_take, p, *item, report)
+        await aio.run(_take, p, *item, report)
     if start is None:
         return report
     assert start.run is not None
@@ -454,7 +455,7 @@ async def _aone(p: _Pass, item: _Next, resume: Callable[[RunState], Awaitable[An
             await resume(start.run)
         except Exception as e:
             exc = e
-    await asyncio.to_thread(_settle, p, start, exc, held.ended, report)
+    await aio.run(_settle, p, start, exc, held.ended, report)
     return report
 
 
@@ -538,8 +539,7 @@ async def arecover_runs(store: Store, resume: Callable[[RunState], Awaitable[Any
     report = RecoveryReport()
     seen: set[str] = set()
 
-    while batch := await asyncio.to_thread(_next, p, seen, limit, max(1, concurrency),
-                                           report):
+    while batch := await aio.run(_next, p, seen, limit, max(1, concurrency), report):
         for r in await asyncio.gather(*(_aone(p, item, resume) for item in batch)):
             report.merge(r)
     return report

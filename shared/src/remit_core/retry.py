@@ -25,6 +25,8 @@ from tenacity import (
     wait_random,
 )
 
+from remit_core import aio
+
 log = logging.getLogger("remit")
 
 T = TypeVar("T")
@@ -46,6 +48,7 @@ def retrying(is_transient: Callable[[BaseException], bool], url: str) -> Retryin
         stop=stop_after_attempt(MAX_ATTEMPTS) | stop_after_delay(MAX_DELAY),
         wait=wait_exponential(multiplier=0.05, max=2.0) + wait_random(0, 0.05),
         before_sleep=_log_retry,
+        sleep=aio.sleep,  # under remit_core.aio.run: asyncio.sleep, the loop runs on
         reraise=True,
     )
 
@@ -64,6 +67,7 @@ def waiting_for_holder(limit: float, lease: float) -> Retrying:
         retry=retry_if_exception(_held),
         stop=stop_after_delay(limit),
         wait=wait_exponential(multiplier=0.05, max=max(0.05, min(1.0, lease / 4))),
+        sleep=aio.sleep,
         reraise=True,
     )
 

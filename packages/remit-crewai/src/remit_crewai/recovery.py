@@ -36,7 +36,6 @@ recovery could safely do with it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import threading
@@ -52,6 +51,7 @@ from remit_core.adapter import (
     DEFAULT_MAX_ATTEMPTS,
     RecoveryReport,
     RunState,
+    aio,
     apoll,
     arecover_runs,
     ending,
@@ -157,7 +157,7 @@ async def _afinish_dead_resumes(flow_class: Any, backend: RemitFlowPersistence, 
                                 limit: int | None, stop: threading.Event | None,
                                 report: RecoveryReport) -> None:
     left = _left(limit, report)
-    for run_id in await asyncio.to_thread(_dead_resumes, backend.store, name):
+    for run_id in await aio.run(_dead_resumes, backend.store, name):
         if (stop is not None and stop.is_set()) or (left is not None and left < 1):
             return
         taken, error = False, None

@@ -70,6 +70,7 @@ from remit_core.adapter import (
     Claim,
     EffectScope,
     RunKeeper,
+    aio,
     derive_id,
     keep_run,
     new_owner,
@@ -677,9 +678,21 @@ def _wait_durable(saver: GatedSaver, conf: dict[str, Any], thread_id: str,
     if owners:
         graph_ns = min(owners, key=len)
     # under durability="async" the loop stores it in the background: wait for it, bounded
-    stored = poll(lambda: saver.store.get_checkpoint(thread_id, checkpoint_id, ns=graph_ns,
-                                                     with_writes=False),
-                  within=DURABLE_WAIT, pause=0.002, most=0.05)
+    def durable() -> Any:
+        return saver.store.get_checkpoint(thread_id, checkpoint_id, ns=graph_ns,
+                                          with_writes=False)
+
+    stored = durable()
+    if stored is None and aio.blocking_the_loop():
+        raise RemitError(
+            f"thread {thread_id!r}: a sync @effect was called on the event loop (from an "
+            f"async node, task {task_ns!r}) before the loop had stored the task's "
+            f"checkpoint {checkpoint_id!r} (durability='async' stores it in the "
+            "background); waiting here would block the loop that stores it. Declare the "
+            "effect 'async def' and await it, call it from a sync node, or run the graph "
+            "with durability='sync'.")
+    if stored is None:
+        stored = poll(durable, within=DURABLE_WAIT, pause=0.002, most=0.05)
     if stored is None:
         raise RemitError(
             f"thread {thread_id!r}: checkpoint {checkpoint_id!r} of task {task_ns!r} was "

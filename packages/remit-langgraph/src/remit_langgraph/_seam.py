@@ -54,6 +54,7 @@ cheap part of that check on every checkpoint load, so a seam undone after import
 
 from __future__ import annotations
 
+import asyncio
 import collections.abc
 import contextlib
 import contextvars
@@ -66,6 +67,7 @@ from importlib import metadata
 from typing import Any, Protocol
 
 from remit_core import RemitError
+from remit_core.adapter import aio
 
 SUPPORTED = "langgraph >= 1.0, < 1.3 (tested on 1.0.0, 1.2.9 and 1.2.24)"
 
@@ -344,6 +346,13 @@ def _mark(fn: Any) -> Any:
     return fn
 
 
+async def _exited(loop: Any, *, ok: bool, error: BaseException | None) -> None:
+    """The exit hook of an async loop, on the event loop (its store I/O awaits the async
+    driver), shielded: a cancel that arrives meanwhile does not cut short the release
+    of the invocation's claims and the end of its run."""
+    await asyncio.shield(aio.run(_hooks.exited, loop, ok=ok, error=error))
+
+
 def _install_loops() -> dict[str, Any]:
     originals: dict[str, Any] = {}
     enter, exit_ = vars(SyncPregelLoop)["__enter__"], vars(SyncPregelLoop)["__exit__"]
@@ -389,7 +398,7 @@ def _install_loops() -> dict[str, Any]:
             result = await aenter(self)
         except BaseException as exc:
             _entering.reset(token)
-            _hooks.exited(self, ok=False, error=exc)
+            await _exited(self, ok=False, error=exc)
             raise
         _entering.reset(token)
         try:
@@ -398,7 +407,7 @@ def _install_loops() -> dict[str, Any]:
             try:
                 await aexit(self, type(exc), exc, exc.__traceback__)
             finally:
-                _hooks.exited(self, ok=False, error=exc)
+                await _exited(self, ok=False, error=exc)
             raise
         return result
 
@@ -410,7 +419,7 @@ def _install_loops() -> dict[str, Any]:
             ok = et is None or bool(suppressed)
             return suppressed
         finally:
-            _hooks.exited(self, ok=ok, error=ev)
+            await _exited(self, ok=ok, error=ev)
 
     SyncPregelLoop.__enter__ = _mark(__enter__)
     SyncPregelLoop.__exit__ = _mark(__exit__)

@@ -53,7 +53,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from remit_core import StateValidationError, Store, open_store
 from remit_core.adapter import Checkpoint as StoredCheckpoint
-from remit_core.adapter import default_serde, derive_id, poll
+from remit_core.adapter import aio, default_serde, derive_id, poll
 from remit_langgraph import _seam, _serde
 from remit_langgraph._contract import (
     FORK_FLAG,
@@ -116,8 +116,9 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
       (store seq), with pending writes in ``writes_sort_key`` order.
     * Reading never claims, consumes or blocks.
 
-    Sync and async methods have the same semantics; the async ones run the sync
-    ones in a worker thread.
+    Sync and async methods have the same semantics: the async ones run the same code
+    on the event loop (:mod:`remit_core.aio`), with the store's native async driver on
+    PostgreSQL and Redis, and the store's own threads on SQLite.
 
     The resume contract (see :mod:`remit_langgraph._contract`):
 
@@ -624,7 +625,7 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
     # ================================================================================== async
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await _in_thread(self._load, config, _seam.entering_loop())
+        return await aio.run(self._load, config, _seam.entering_loop())
 
     async def alist(
         self,
@@ -634,8 +635,8 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        found = self.list(config, filter=filter, before=before, limit=limit)
-        while (ck := await _in_thread(next, found, None)) is not None:
+        async for ck in aio.iterate(self.list(config, filter=filter, before=before,
+                                              limit=limit)):
             yield ck
 
     async def aput(
@@ -645,8 +646,8 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await _in_thread(self._put, config, checkpoint, metadata, new_versions,
-                                from_update=_seam.updating_state())
+        return await aio.run(self._put, config, checkpoint, metadata, new_versions,
+                             from_update=_seam.updating_state())
 
     async def aput_writes(
         self,
@@ -655,19 +656,19 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await _in_thread(self.put_writes, config, writes, task_id, task_path)
+        await aio.run(self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await _in_thread(self.delete_thread, thread_id)
+        await aio.run(self.delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await _in_thread(self.delete_for_runs, run_ids)
+        await aio.run(self.delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await _in_thread(self.copy_thread, source_thread_id, target_thread_id)
+        await aio.run(self.copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await _in_thread(functools.partial(self.prune, strategy=strategy), thread_ids)
+        await aio.run(functools.partial(self.prune, strategy=strategy), thread_ids)
 
 
 class OpenedSaver:
@@ -729,7 +730,11 @@ class OpenedSaver:
         return await _in_thread(self._make, store)
 
     async def __aexit__(self, *exc: object) -> None:
-        await _in_thread(self._close)
+        try:
+            await _in_thread(self._stack.close)
+        finally:
+            if self._store is not None:
+                await self._store.aclose()  # with this loop's async connections
 
 
 # ================================================================================== helpers

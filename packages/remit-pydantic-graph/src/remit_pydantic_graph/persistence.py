@@ -72,7 +72,6 @@ Each transition the contract depends on is one atomic store operation:
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -109,6 +108,7 @@ from remit_core.adapter import (
     RemitError,
     RunKeeper,
     StoreHold,
+    aio,
     akeep_run,
     claim_key,
     derive_id,
@@ -665,12 +665,12 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
         if ex.finalizer is not None:
             ex.finalizer.detach()
         if done:
-            await asyncio.to_thread(keeper.end)
+            await aio.run(keeper.end)
             return
         waiting = None if self._head is None else \
             {"snapshot": self._head[0], "node": self._head[1]}
         if error is None or isinstance(error, Exception):
-            await asyncio.to_thread(keeper.end, error, parked=error is None, waiting=waiting)
+            await aio.run(keeper.end, error, parked=error is None, waiting=waiting)
         else:  # cancelled or interrupted: no await, the task may be cancelled again
             keeper.end(error)
 
@@ -977,7 +977,7 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
                        exclusive_child=True)
 
     async def _io(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+        return await aio.run(functools.partial(fn, *args, **kwargs))
 
     # ============================================================================ migration
 

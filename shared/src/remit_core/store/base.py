@@ -22,7 +22,7 @@ conflicting with itself.
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime as dt
@@ -39,6 +39,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal, ParamSpec, Self, TypeVar
 from urllib.parse import SplitResult, urlsplit
 
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+from remit_core import aio
 from remit_core.errors import (
     ConsumeConflict,
     ForeignSchemaError,
@@ -155,6 +158,12 @@ class Store(ABC):
     #: the average chunk size FastCDC aims at
     chunk_size: int = 16 * 1024
 
+    #: the backend's I/O can await an async driver under :func:`remit_core.aio.run`; if
+    #: not, an operation run that way goes to the store's own pool of ``async_threads``
+    native_async: ClassVar[bool] = False
+    #: the threads of that pool (SQLite serialises writes, so more would only queue)
+    async_threads: ClassVar[int] = 8
+
     #: the backend's name in the option table (:mod:`remit_core.store.options`)
     backend: ClassVar[str]
     #: keyword options of open_store that the table does not know go to the driver
@@ -192,6 +201,7 @@ class Store(ABC):
         self._inflight = 0
         self._inflight_cond = threading.Condition()
         self._closed = False
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     # ================================================================================== lifecycle
 
@@ -227,15 +237,43 @@ class Store(ABC):
         """Release connections. The store must not be used afterwards.
 
         Operations already running finish first (waited for up to ``CLOSE_WAIT``
-        seconds); any started afterwards raise :class:`StoreClosed`."""
+        seconds); any started afterwards raise :class:`StoreClosed`. From a coroutine,
+        use :meth:`aclose`."""
+        if self._stop_operations():
+            self._release()
+
+    def _stop_operations(self) -> bool:
+        """Refuse new operations and wait for those in flight; False if closed already."""
         with self._inflight_cond:
             if self._closed:
-                return
+                return False
             self._closed = True
-            self._inflight_cond.wait_for(lambda: self._inflight == 0, timeout=CLOSE_WAIT)
+            if not aio.bridged():
+                self._inflight_cond.wait_for(lambda: self._inflight == 0, timeout=CLOSE_WAIT)
+                return True
+        # aclose(): operations of this loop in flight need the loop to finish, so wait for
+        # them without blocking it
+        Retrying(retry=retry_if_result(bool), stop=stop_after_delay(CLOSE_WAIT),
+                 wait=wait_fixed(0.005), sleep=aio.sleep,
+                 retry_error_callback=lambda _: None)(lambda: self._inflight > 0)
+        return True
+
+    def _release(self) -> None:
         if self._keeper is not None:
             self._keeper.stop()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
         self._close()
+
+    def _async_threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The pool that runs this store's operations for coroutines (a backend without
+        an async driver): ``async_threads`` threads of its own, not the loop's default
+        executor, which every ``asyncio.to_thread`` of the application shares."""
+        with self._keeper_lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    self.async_threads, thread_name_prefix=f"remit-{self.backend}")
+            return self._executor
 
     def __enter__(self) -> Store:
         return self
@@ -267,6 +305,12 @@ class Store(ABC):
                     "or keep it open while the work that uses it runs.", url=self.url)
             self._inflight += 1
         try:
+            if not self.native_async and aio.bridged():
+                # under remit_core.aio.run, a backend without an async driver runs the
+                # operation on the store's own threads, not on the event loop
+                return aio.wait(aio.loop().run_in_executor(
+                    self._async_threads(),
+                    functools.partial(self._attempts, fn, *args, **kwargs)))
             return self._attempts(fn, *args, **kwargs)
         finally:
             with self._inflight_cond:
@@ -931,42 +975,112 @@ class Store(ABC):
             keeper.remove(token)
 
     # ===================================================================================== async
-
-    async def _in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
-
-    async def aput_checkpoint(self, *args: Any, **kwargs: Any) -> Checkpoint:
-        return await self._in_thread(self.put_checkpoint, *args, **kwargs)
-
-    async def aget_checkpoint(self, *args: Any, **kwargs: Any) -> Checkpoint | None:
-        return await self._in_thread(self.get_checkpoint, *args, **kwargs)
+    #
+    # Each coroutine twin runs its sync operation with remit_core.aio.run: on the event
+    # loop's thread, the backend's I/O awaiting its async driver (PostgreSQL, Redis) or
+    # the store's own thread pool (SQLite; see _call). One copy of every operation.
 
     async def alist_checkpoints(self, *args: Any, **kwargs: Any) -> list[Checkpoint]:
-        return await self._in_thread(lambda: list(self.list_checkpoints(*args, **kwargs)))
+        return await aio.run(lambda: list(self.list_checkpoints(*args, **kwargs)))
+
+    async def aclose(self) -> None:
+        """:meth:`close`, from a coroutine: this loop's async connections are closed here
+        (a loop's pool can only be closed on its loop)."""
+        if await aio.run(self._stop_operations):
+            await self._aclose_loop()
+            self._release()
+
+    async def _aclose_loop(self) -> None:
+        """Close the async connections of the running loop (a backend with a native async
+        driver keeps them per loop); a backend without one has none."""
+        return None
+
+    async def aput_checkpoint(self, *args: Any, **kwargs: Any) -> Checkpoint:
+        return await aio.run(self.put_checkpoint, *args, **kwargs)
+
+    async def aget_checkpoint(self, *args: Any, **kwargs: Any) -> Checkpoint | None:
+        return await aio.run(self.get_checkpoint, *args, **kwargs)
 
     async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
-        await self._in_thread(self.put_writes, *args, **kwargs)
+        await aio.run(self.put_writes, *args, **kwargs)
 
     async def astart_receipt(self, *args: Any, **kwargs: Any) -> ReceiptStart:
-        return await self._in_thread(self.start_receipt, *args, **kwargs)
+        return await aio.run(self.start_receipt, *args, **kwargs)
 
     async def acomplete_receipt(self, *args: Any, **kwargs: Any) -> None:
-        await self._in_thread(self.complete_receipt, *args, **kwargs)
+        await aio.run(self.complete_receipt, *args, **kwargs)
 
     async def arelease_receipt(self, *args: Any, **kwargs: Any) -> None:
-        await self._in_thread(self.release_receipt, *args, **kwargs)
+        await aio.run(self.release_receipt, *args, **kwargs)
 
-    async def aget_receipt(self, key: str) -> Receipt | None:
-        return await self._in_thread(self.get_receipt, key)
+    async def arenew_receipt(self, *args: Any, **kwargs: Any) -> bool:
+        return await aio.run(self.renew_receipt, *args, **kwargs)
+
+    async def aget_receipt(self, *args: Any, **kwargs: Any) -> Receipt | None:
+        return await aio.run(self.get_receipt, *args, **kwargs)
+
+    async def alist_receipts(self, *args: Any, **kwargs: Any) -> list[Receipt]:
+        return await aio.run(self.list_receipts, *args, **kwargs)
+
+    async def aresolve_receipt(self, *args: Any, **kwargs: Any) -> None:
+        await aio.run(self.resolve_receipt, *args, **kwargs)
 
     async def aclaim_once(self, *args: Any, **kwargs: Any) -> Claim:
-        return await self._in_thread(self.claim_once, *args, **kwargs)
+        return await aio.run(self.claim_once, *args, **kwargs)
 
     async def aconsume_claim(self, *args: Any, **kwargs: Any) -> Claim:
-        return await self._in_thread(self.consume_claim, *args, **kwargs)
+        return await aio.run(self.consume_claim, *args, **kwargs)
 
     async def arelease_claim(self, *args: Any, **kwargs: Any) -> bool:
-        return await self._in_thread(self.release_claim, *args, **kwargs)
+        return await aio.run(self.release_claim, *args, **kwargs)
+
+    async def arenew_claim(self, *args: Any, **kwargs: Any) -> bool:
+        return await aio.run(self.renew_claim, *args, **kwargs)
+
+    async def aget_claim(self, *args: Any, **kwargs: Any) -> Claim | None:
+        return await aio.run(self.get_claim, *args, **kwargs)
+
+    async def alist_claims(self, *args: Any, **kwargs: Any) -> list[Claim]:
+        return await aio.run(self.list_claims, *args, **kwargs)
+
+    async def astart_run(self, *args: Any, **kwargs: Any) -> RunStart:
+        return await aio.run(self.start_run, *args, **kwargs)
+
+    async def arecover_run(self, *args: Any, **kwargs: Any) -> RunStart:
+        return await aio.run(self.recover_run, *args, **kwargs)
+
+    async def atake_runs(self, *args: Any, **kwargs: Any) -> list[RunStart]:
+        return await aio.run(self.take_runs, *args, **kwargs)
+
+    async def aend_run(self, *args: Any, **kwargs: Any) -> bool:
+        return await aio.run(self.end_run, *args, **kwargs)
+
+    async def aimport_run(self, *args: Any, **kwargs: Any) -> bool:
+        return await aio.run(self.import_run, *args, **kwargs)
+
+    async def arenew_run(self, *args: Any, **kwargs: Any) -> bool:
+        return await aio.run(self.renew_run, *args, **kwargs)
+
+    async def aget_run(self, *args: Any, **kwargs: Any) -> RunState | None:
+        return await aio.run(self.get_run, *args, **kwargs)
+
+    async def alist_runs(self, *args: Any, **kwargs: Any) -> list[RunInfo]:
+        return await aio.run(self.list_runs, *args, **kwargs)
+
+    async def adelete_run(self, *args: Any, **kwargs: Any) -> None:
+        await aio.run(self.delete_run, *args, **kwargs)
+
+    async def acopy_run(self, *args: Any, **kwargs: Any) -> None:
+        await aio.run(self.copy_run, *args, **kwargs)
+
+    async def aprune_run(self, *args: Any, **kwargs: Any) -> None:
+        await aio.run(self.prune_run, *args, **kwargs)
+
+    async def adelete_executions(self, *args: Any, **kwargs: Any) -> None:
+        await aio.run(self.delete_executions, *args, **kwargs)
+
+    async def ausage(self, *args: Any, **kwargs: Any) -> dict[str, int]:
+        return await aio.run(self.usage, *args, **kwargs)
 
     # ==================================================================================== decoding
 

@@ -17,13 +17,14 @@ missing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, ParamSpec, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, ParamSpec, TypeVar, cast
 from urllib.parse import SplitResult, urlencode, urlunsplit
 
 import psycopg
@@ -33,6 +34,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from remit_core import aio
 from remit_core.errors import StoreConfigError, StoreUnavailable
 from remit_core.records import BlobRow, CheckpointRow, WriteRow
 from remit_core.serde import Serde
@@ -48,6 +50,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+AConn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 #: the column types of sql.SCHEMA, sql.CHUNKS and sql.LIFECYCLE in this database
 SCHEMA_TYPES = dict(seq="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
@@ -112,6 +115,141 @@ def _read_only_session(conn: Conn) -> None:
     conn.execute("SET default_transaction_read_only = on")
 
 
+async def _aread_only_session(conn: AConn) -> None:
+    await conn.execute("SET default_transaction_read_only = on")
+
+
+class _Cursor:
+    """An async cursor used as a sync one, inside :func:`remit_core.aio.run`."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._c = cursor
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._c.rowcount)
+
+    @property
+    def description(self) -> Any:
+        return self._c.description
+
+    def nextset(self) -> bool | None:
+        return self._c.nextset()  # type: ignore[no-any-return]
+
+    def execute(self, query: str, params: Any = None, **kwargs: Any) -> _Cursor:
+        aio.wait(self._c.execute(query, params, **kwargs))
+        return self
+
+    def executemany(self, query: str, params: Any, **kwargs: Any) -> None:
+        aio.wait(self._c.executemany(query, params, **kwargs))
+
+    def fetchone(self) -> Any:
+        return aio.wait(self._c.fetchone())
+
+    def fetchall(self) -> list[Any]:
+        return aio.wait(self._c.fetchall())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fetchall())
+
+    def __enter__(self) -> _Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        aio.wait(self._c.close())
+
+
+class _Connection:
+    """A pooled ``AsyncConnection`` used as the sync ``Connection`` the store's SQL is
+    written for, inside :func:`remit_core.aio.run`: each call awaits the async one."""
+
+    def __init__(self, conn: AConn) -> None:
+        self._a = conn
+
+    @property
+    def closed(self) -> bool:
+        return self._a.closed
+
+    @property
+    def info(self) -> Any:
+        return self._a.info
+
+    def execute(self, query: str, params: Any = None, **kwargs: Any) -> _Cursor:
+        return _Cursor(aio.wait(self._a.execute(query, params, **kwargs)))
+
+    def cursor(self) -> _Cursor:
+        return _Cursor(self._a.cursor())
+
+    def client_cursor(self) -> _Cursor:
+        return _Cursor(psycopg.AsyncClientCursor(self._a))
+
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        return aio.entered(self._a.transaction())
+
+
+class _LoopPool:
+    """One event loop's async connections, for coroutines (see ``PostgresStore._aconn``).
+
+    Not psycopg_pool's ``AsyncConnectionPool``: its maintenance workers are tasks of the
+    loop that survive a cancel while they connect, so a pool left open when
+    ``asyncio.run`` ends makes the run hang in its cancellation of the remaining tasks
+    -- and a store opened once serves every loop an application runs, none of which
+    closes remit's pool. Here a connection is opened by the operation that needs it, in
+    its own task, and kept for the next one: no task of remit's outlives an operation.
+    At most ``max_size`` are open (an operation past that waits up to ``timeout``, then
+    fails with ``PoolTimeout``, as the sync pool does); a connection that an operation
+    left in a transaction, broken or cancelled mid-statement is closed, not reused."""
+
+    def __init__(self, conninfo: str, *, max_size: int, timeout: float, read_only: bool,
+                 name: str) -> None:
+        self._conninfo, self._timeout, self._read_only = conninfo, timeout, read_only
+        self._name = name
+        self._idle: list[AConn] = []
+        self._slots = asyncio.Semaphore(max_size)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[AConn]:
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self._timeout)
+        except TimeoutError:
+            raise PoolTimeout(f"couldn't get a connection after {self._timeout:g} sec "
+                              f"(pool {self._name!r})") from None
+        try:
+            conn = self._idle.pop() if self._idle else await self._connect()
+            try:
+                yield conn
+            finally:
+                if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+                else:
+                    self._idle.append(conn)
+        finally:
+            self._slots.release()
+
+    async def _connect(self) -> AConn:
+        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        if self._read_only:
+            await _aread_only_session(conn)
+        return conn
+
+    async def check(self) -> None:
+        """Close the idle connections (after one was lost: the others likely died too)."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    close = check
+
+
+def _client_cursor(conn: Any) -> Any:
+    """A client-side-binding cursor (one simple query may hold several statements)."""
+    if isinstance(conn, _Connection):
+        return conn.client_cursor()
+    return psycopg.ClientCursor(conn)
+
+
 def _hash64(text: str) -> int:
     """A stable signed 64-bit hash (the same on every host, unlike ``hash()``)."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big",
@@ -163,6 +301,7 @@ class PostgresStore(sql.SqlStore):
 
     backend = "postgres"
     migrations = MIGRATIONS
+    native_async = True
 
     DEFAULT_CONNECT_TIMEOUT: ClassVar[int] = 5
 
@@ -241,6 +380,10 @@ class PostgresStore(sql.SqlStore):
         self._closed = False
         self._pid = os.getpid()
         self._inherited: list[ConnectionPool[Conn]] = []
+        #: coroutines' connections: a pool per event loop (a psycopg async connection
+        #: belongs to the loop it was opened in), opened by its first operation
+        self._apools: aio.PerLoop[_LoopPool] = aio.PerLoop(
+            self._new_apool, lambda pool: pool.close())
         self._migrate()  # read-only: only finds the store
         self._pool = self._new_pool()
         try:
@@ -331,9 +474,33 @@ class PostgresStore(sql.SqlStore):
                     self._pid = os.getpid()
         return self._pool
 
+    def _new_apool(self) -> _LoopPool:
+        return _LoopPool(self._conninfo, max_size=self._pool_max, timeout=self._pool_timeout,
+                         read_only=self.read_only, name=f"remit-{self.schema}-async")
+
+    async def _aclose_loop(self) -> None:
+        await self._apools.aclose_current()
+
+    @contextlib.contextmanager
+    def _aconn(self) -> Iterator[Conn]:
+        pool = self._apools.get()
+        try:
+            with aio.entered(pool.connection()) as conn:
+                yield cast(Conn, _Connection(conn))
+        except psycopg.OperationalError as exc:
+            if _connection_lost(exc) and not isinstance(exc, PoolTimeout) and not self._closed:
+                with contextlib.suppress(Exception):
+                    aio.wait(pool.check())
+            raise
+
     @contextlib.contextmanager
     def _conn(self) -> Iterator[Conn]:
-        """A pooled autocommit connection: one statement is one transaction."""
+        """A pooled autocommit connection: one statement is one transaction. Inside
+        :func:`remit_core.aio.run`, an async connection of the loop's pool."""
+        if aio.bridged():
+            with self._aconn() as conn:
+                yield conn
+            return
         pool = self._get_pool()
         try:
             with pool.connection() as conn:
@@ -396,7 +563,7 @@ class PostgresStore(sql.SqlStore):
         client (a simple query takes none). Returns the first row of the last statement
         that returned rows. On an error the transaction is rolled back before raising."""
         try:
-            with psycopg.ClientCursor(conn) as cur:
+            with _client_cursor(conn) as cur:
                 cur.execute("; ".join(["BEGIN", *statements, "COMMIT"]), params)
                 last = None
                 while True:
@@ -426,6 +593,7 @@ class PostgresStore(sql.SqlStore):
         self._closed = True
         if self._pid == os.getpid():
             self._pool.close()
+        self._apools.close_all()
 
     def _is_transient(self, exc: BaseException) -> bool:
         # OperationalError covers a lost or refused connection (sqlstate None or 08xxx), the

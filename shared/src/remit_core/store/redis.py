@@ -100,6 +100,7 @@ from typing import Any, Literal, ParamSpec, TypeVar, cast
 from urllib.parse import SplitResult, urlencode, urlunsplit
 
 import redis
+import redis.asyncio
 import redis.exceptions
 from redis.exceptions import (
     AuthenticationError,
@@ -111,6 +112,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from remit_core import aio
 from remit_core.errors import DurabilityError, StoreConfigError, StoreUnavailable
 from remit_core.records import (
     BlobRow,
@@ -1146,6 +1148,33 @@ return {fmt(now), out}
 """
 
 
+class _Blocking:
+    """A ``redis.asyncio`` client used as the sync one, inside
+    :func:`remit_core.aio.run`: each command awaits the async one."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._a = client
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        command = getattr(self._a, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return aio.wait(command(*args, **kwargs))
+        return call
+
+
+class _Script:
+    """A registered Lua script, run on the operation's client (:attr:`RedisStore._redis`):
+    ``EVALSHA``, loading it again on ``NOSCRIPT``."""
+
+    def __init__(self, script: Any, store: RedisStore) -> None:
+        self._script = script
+        self._store = store
+
+    def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        return self._script(keys=keys, args=args, client=self._store._redis)
+
+
 def _script_source(body: str, *, writes: bool) -> str:
     shebang = "#!lua" if writes else "#!lua flags=no-writes"
     return f"{shebang}\n{_PRELUDE}\n{body}"
@@ -1338,6 +1367,7 @@ class RedisStore(Store):
     backend = "redis"
     migrations = MIGRATIONS
     layout_noun = "key layout"
+    native_async = True
     layout_advice = "Use another prefix (?prefix=NAME) or another database"
 
     def __init__(self, url: str, driver_url: str, *, prefix: str = DEFAULT_PREFIX,
@@ -1359,8 +1389,15 @@ class RedisStore(Store):
             raise StoreConfigError(
                 f"cannot use {self.url!r}: {scrub(str(exc), self._secrets)}.{password_hint(url)}",
                 url=self.url) from None
-        self._redis = redis.Redis(connection_pool=self._pool)
-        r = self._redis.register_script
+        self._sync_redis = redis.Redis(connection_pool=self._pool)
+        self._driver = (driver_url, kwargs)
+        #: coroutines' clients: one per event loop (redis.asyncio's connections belong to
+        #: the loop that opened them)
+        self._aclients: aio.PerLoop[redis.asyncio.Redis] = aio.PerLoop(
+            self._new_aclient, lambda client: client.aclose(close_connection_pool=True))
+
+        def r(source: str) -> _Script:
+            return _Script(self._sync_redis.register_script(source), self)
         self._s_read_layout = r(_script_source(_READ_LAYOUT, writes=False))
         self._s_write_ck = r(_script_source(_WRITE_CHECKPOINT, writes=True))
         self._s_read_ck = r(_script_source(_READ_CHECKPOINT, writes=False))
@@ -1408,8 +1445,27 @@ class RedisStore(Store):
 
     # ----------------------------------------------------------------------------- lifecycle
 
+    @property
+    def _redis(self) -> redis.Redis:
+        """The client for this operation: the sync one, or inside
+        :func:`remit_core.aio.run` the running loop's async one, awaited call by call."""
+        if not aio.bridged():
+            return self._sync_redis
+        return cast(redis.Redis, _Blocking(self._aclients.get()))
+
+    def _new_aclient(self) -> redis.asyncio.Redis:
+        url, kwargs = self._driver
+        # past the pool's size (max_connections, 50 by default) a coroutine waits for a
+        # connection (up to 20 s) instead of failing at once
+        return redis.asyncio.Redis(
+            connection_pool=redis.asyncio.BlockingConnectionPool.from_url(url, **kwargs))
+
+    async def _aclose_loop(self) -> None:
+        await self._aclients.aclose_current()
+
     def _close(self) -> None:
         self._pool.disconnect()
+        self._aclients.close_all()
 
     def _is_transient(self, exc: BaseException) -> bool:
         # a wrong password is not cured by a retry, though redis-py files it under connections
