@@ -116,14 +116,19 @@ class Small(TypedDict):
     label: str
 
 
-def linear_graph(state: type, steps: int, field: str = "count"
-                 ) -> Any:
+def linear_graph(state: type, steps: int, field: str = "count", *,
+                 asynchronous: bool = False) -> Any:
+    """``steps`` nodes in a line, each adding 1 to ``field`` (``async def`` nodes if
+    ``asynchronous``)."""
     builder: Any = StateGraph(state)
     names = [f"n{i}" for i in range(steps)]
     for name in names:
         def node(s: Any, _f: str = field) -> dict[str, Any]:
             return {_f: s[_f] + 1}
-        builder.add_node(name, node)
+
+        async def anode(s: Any, _f: str = field) -> dict[str, Any]:
+            return {_f: s[_f] + 1}
+        builder.add_node(name, anode if asynchronous else node)
     builder.add_edge(START, names[0])
     for a, b in itertools.pairwise(names):
         builder.add_edge(a, b)

@@ -22,7 +22,6 @@ import asyncio
 import collections
 import contextlib
 import gc
-import itertools
 import logging
 import statistics
 import time
@@ -30,8 +29,7 @@ import uuid
 from typing import Any
 
 from _bench import PG_URL, Row, pg_available, pg_schema, pg_url, private_redis, reps, us
-from langgraph.graph import END, START, StateGraph
-from lg import Small
+from lg import Small, linear_graph
 
 from remit_langgraph import RemitSaver
 
@@ -60,20 +58,6 @@ class _Retries(logging.Handler):
             self.counts[(self.side, str(args[0]))] += 1
         else:
             logging.getLogger().handle(record)
-
-
-def async_graph(steps: int) -> Any:
-    builder: Any = StateGraph(Small)
-    names = [f"n{i}" for i in range(steps)]
-    for name in names:
-        async def node(s: Any) -> dict[str, Any]:
-            return {"count": s["count"] + 1}
-        builder.add_node(name, node)
-    builder.add_edge(START, names[0])
-    for a, b in itertools.pairwise(names):
-        builder.add_edge(a, b)
-    builder.add_edge(names[-1], END)
-    return builder
 
 
 class _FullGC:
@@ -153,7 +137,7 @@ async def _measure(urls: dict[str, str], stock_search_path: str, n: int,
     from psycopg.rows import dict_row
     from psycopg_pool import AsyncConnectionPool
 
-    builder = async_graph(STEPS)
+    builder = linear_graph(Small, STEPS, asynchronous=True)
     async with contextlib.AsyncExitStack() as stack:
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             pg_url(search_path=stock_search_path), min_size=1, max_size=POOL, open=False,

@@ -94,21 +94,17 @@ def _count_sync_uses(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]
     keeper's renewals do, on their own thread, every third of the lease)."""
     used: list[str] = []
     if store.backend == "postgres":
-        pool = store._pool  # type: ignore[attr-defined]
-        take = pool.connection
-
-        def counting_pool(*args: Any, **kwargs: Any) -> Any:
-            used.append(threading.current_thread().name)
-            return take(*args, **kwargs)
-        monkeypatch.setattr(pool, "connection", counting_pool)
+        owner, name = store._pool, "connection"  # type: ignore[attr-defined]
     elif store.backend == "redis":
-        client = store._sync_redis  # type: ignore[attr-defined]
-        execute = client.execute_command
+        owner, name = store._sync_redis, "execute_command"  # type: ignore[attr-defined]
+    else:
+        return used
+    original = getattr(owner, name)
 
-        def counting_client(*args: Any, **kwargs: Any) -> Any:
-            used.append(threading.current_thread().name)
-            return execute(*args, **kwargs)
-        monkeypatch.setattr(client, "execute_command", counting_client)
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        used.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(owner, name, counting)
     return used
 
 
