@@ -212,12 +212,11 @@ def item3(backends: list[str]) -> list[Row]:
         most = row[0] if row else "?"
     import redis.asyncio
 
-    redis_version = redis.__version__
-    redis_max = redis.asyncio.ConnectionPool().max_connections
+    redis_max = redis.asyncio.BlockingConnectionPool().max_connections
     pools = (f"pools: AsyncConnectionPool(min_size=1, max_size={POOL}) for "
              f"AsyncPostgresSaver, remit pool_max={POOL} (async pool; sync pool_min=1); "
-             f"remit on Redis: redis.asyncio's default pool (redis-py {redis_version}: "
-             f"max_connections {redis_max}, beyond which it raises MaxConnectionsError); "
+             f"remit on Redis: a redis.asyncio BlockingConnectionPool per loop "
+             f"(max_connections {redis_max}; past it a coroutine waits); "
              f"PostgreSQL client connections "
              f"seen after the waves: at most {got['peak']} of max_connections {most}")
     first = True
