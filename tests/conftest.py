@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.aio_probe import threads  # noqa: F401 (a fixture of the native-async tests)
+
 REQUIRE = os.environ.get("REMIT_REQUIRE_SERVICES") == "1"
 PG_URL = os.environ.get("REMIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_SHARED = os.environ.get("REMIT_TEST_REDIS", "redis://127.0.0.1:6379/0")

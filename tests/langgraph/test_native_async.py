@@ -14,7 +14,6 @@ import asyncio
 import operator
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -24,6 +23,7 @@ from langgraph.types import Command, interrupt
 
 from remit_core import ConsumeConflict, RemitError, Store, effect
 from remit_langgraph import RemitSaver
+from tests.aio_probe import Threads, count_sync_uses
 
 CONCURRENT = 64
 
@@ -63,51 +63,6 @@ def build(saver: RemitSaver) -> Any:
             .add_edge("approve", "pay").compile(checkpointer=saver))
 
 
-class Threads:
-    """Counts the calls that would put remit's work on a thread."""
-
-    def __init__(self) -> None:
-        self.to_thread = 0
-        self.executor = 0
-
-
-@pytest.fixture
-def threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Threads]:
-    seen = Threads()
-    to_thread, run_in_executor = asyncio.to_thread, asyncio.BaseEventLoop.run_in_executor
-
-    async def counting_to_thread(*args: Any, **kwargs: Any) -> Any:
-        seen.to_thread += 1
-        return await to_thread(*args, **kwargs)
-
-    def counting_executor(self: Any, executor: Any, *args: Any) -> Any:
-        seen.executor += 1
-        return run_in_executor(self, executor, *args)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting_to_thread)
-    monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", counting_executor)
-    yield seen
-
-
-def _count_sync_uses(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The threads that take the store's sync connections from now on (the lease
-    keeper's renewals do, on their own thread, every third of the lease)."""
-    used: list[str] = []
-    if store.backend == "postgres":
-        owner, name = store._pool, "connection"  # type: ignore[attr-defined]
-    elif store.backend == "redis":
-        owner, name = store._sync_redis, "execute_command"  # type: ignore[attr-defined]
-    else:
-        return used
-    original = getattr(owner, name)
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        used.append(threading.current_thread().name)
-        return original(*args, **kwargs)
-    monkeypatch.setattr(owner, name, counting)
-    return used
-
-
 async def _one(graph: Any, thread_id: str) -> dict[str, Any]:
     config = {"configurable": {"thread_id": thread_id}}
     first = await graph.ainvoke({"log": [], "total": 0}, config)
@@ -121,7 +76,7 @@ def test_concurrent_ainvoke_never_leaves_the_loop(store: Store, threads: Threads
     graph = build(saver)
     ids = [f"native-{i}-{uuid.uuid4().hex[:8]}" for i in range(CONCURRENT)]
     charged.clear()
-    sync_uses = _count_sync_uses(store, monkeypatch)
+    sync_uses = count_sync_uses(store, monkeypatch)
 
     async def main() -> list[dict[str, Any]]:
         results = await asyncio.gather(*(_one(graph, t) for t in ids))
