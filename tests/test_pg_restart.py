@@ -7,6 +7,7 @@ not a sleep), so the next operations are certain to meet the outage.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import glob
 import logging
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from remit_core import ConsumeConflict, open_store
+from remit_core import ConsumeConflict, Store, open_store
 from remit_core.store import new_owner
 from tests.conftest import free_port, unavailable
 
@@ -85,31 +86,42 @@ def private_pg() -> Iterator[PrivatePostgres]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_operations_survive_a_restart(private_pg: PrivatePostgres,
-                                      caplog: pytest.LogCaptureFixture) -> None:
+                                      caplog: pytest.LogCaptureFixture, mode: str) -> None:
+    """``async``: the same operations through the coroutine API, on the event loop's own
+    async connections (remit_core.aio), which the restart breaks while they are idle."""
     n, restart_at = 60, 20
     reached = threading.Event()
     stopped = threading.Event()
     errors: list[BaseException] = []
     results: dict[str, Any] = {"claims": []}
 
+    async def sequence(store: Store, asynchronous: bool) -> None:
+        async def call(name: str, *args: Any, **kwargs: Any) -> Any:
+            if asynchronous:
+                return await getattr(store, f"a{name}")(*args, **kwargs)
+            return getattr(store, name)(*args, **kwargs)
+
+        parent = None
+        for i in range(n):
+            if i == restart_at:
+                reached.set()
+                assert stopped.wait(60)
+            cid = f"c{i:03d}"
+            await call("put_checkpoint", "r", cid, parent_id=parent, metadata={"i": i},
+                       new_values={"i": (str(i), i)})
+            await call("put_writes", "r", cid, "t", [(0, "w", i)])
+            owner = new_owner()
+            claim = await call("claim_once", f"k{i}", run_id="r", owner=owner, lease=60)
+            await call("consume_claim", f"k{i}", owner=owner, fence=claim.fence)
+            results["claims"].append(claim.fence)
+            parent = cid
+
     def worker() -> None:
         try:
             store = open_store(private_pg.url, lease=60)
-            parent = None
-            for i in range(n):
-                if i == restart_at:
-                    reached.set()
-                    assert stopped.wait(60)
-                cid = f"c{i:03d}"
-                store.put_checkpoint("r", cid, parent_id=parent, metadata={"i": i},
-                                     new_values={"i": (str(i), i)})
-                store.put_writes("r", cid, "t", [(0, "w", i)])
-                owner = new_owner()
-                claim = store.claim_once(f"k{i}", run_id="r", owner=owner, lease=60)
-                store.consume_claim(f"k{i}", owner=owner, fence=claim.fence)
-                results["claims"].append(claim.fence)
-                parent = cid
+            asyncio.run(sequence(store, asynchronous=mode == "async"))
             store.close()
         except BaseException as exc:
             errors.append(exc)
