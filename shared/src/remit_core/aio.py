@@ -121,23 +121,22 @@ def entered(manager: AbstractAsyncContextManager[T]) -> Iterator[T]:
 
 
 class _Entry(Generic[R]):
-    def __init__(self, resource: R, opened: asyncio.Task[None] | None) -> None:
+    def __init__(self, resource: R) -> None:
         self.resource = resource
-        self.opened = opened
         self.ender: Any = None
 
 
 class PerLoop(Generic[R]):
-    """One resource per event loop -- an async connection pool belongs to the loop that
-    opened it --, made on first use inside :func:`run` (``make``, then ``open`` awaited
-    once), and closed (``close``) when its loop ends: when ``asyncio.run`` (or a runner
-    that shuts down the loop's async generators) finishes, on :meth:`aclose_current`, or
-    from :meth:`close_all` on the loop's own thread. A loop closed some other way drops
-    its resource unclosed (its connections went with the loop)."""
+    """One resource per event loop -- an async connection belongs to the loop that
+    opened it --, made on first use inside :func:`run` (``make``), and closed
+    (``close``) when its loop ends: when ``asyncio.run`` (or a runner that shuts down the
+    loop's async generators) finishes, on :meth:`aclose_current`, or from
+    :meth:`close_all` on the loop's own thread. A loop closed some other way drops its
+    resource unclosed (its connections went with the loop)."""
 
-    def __init__(self, make: Callable[[], R], close: Callable[[R], Awaitable[None]], *,
-                 open: Callable[[R], Coroutine[Any, Any, None]] | None = None) -> None:
-        self._make, self._close, self._open = make, close, open
+    def __init__(self, make: Callable[[], R],
+                 close: Callable[[R], Coroutine[Any, Any, None]]) -> None:
+        self._make, self._close = make, close
         self._entries: dict[asyncio.AbstractEventLoop, _Entry[R]] = {}
         self._lock = threading.Lock()
 
@@ -146,23 +145,14 @@ class PerLoop(Generic[R]):
         here = loop()
         with self._lock:
             entry = self._entries.get(here)
-            if entry is None:
-                for gone in [lp for lp in self._entries if lp.is_closed()]:
-                    del self._entries[gone]
-                resource = self._make()
-                opened: asyncio.Task[None] | None = (
-                    None if self._open is None else here.create_task(self._open(resource)))
-                entry = self._entries[here] = _Entry(resource, opened)
-                entry.ender = self._ender(here, entry)
-                first = entry.ender.__anext__()  # the loop now tracks it (firstiter hook)
-            else:
-                first = None
-        if first is not None:
-            wait(first)
-        if entry.opened is not None:
-            if not entry.opened.done():
-                wait(asyncio.shield(entry.opened))
-            entry.opened.result()
+            if entry is not None:
+                return entry.resource
+            for gone in [lp for lp in self._entries if lp.is_closed()]:
+                del self._entries[gone]
+            entry = self._entries[here] = _Entry(self._make())
+            entry.ender = self._ender(here, entry)
+            first = entry.ender.__anext__()  # the loop now tracks it (firstiter hook)
+        wait(first)
         return entry.resource
 
     async def _ender(self, here: asyncio.AbstractEventLoop, entry: _Entry[R]
@@ -175,20 +165,14 @@ class PerLoop(Generic[R]):
                 if mine:
                     del self._entries[here]
             if mine:
-                await self._release(entry)
-
-    async def _release(self, entry: _Entry[R]) -> None:
-        if entry.opened is not None:
-            with contextlib.suppress(BaseException):
-                await entry.opened
-        await self._close(entry.resource)
+                await self._close(entry.resource)
 
     async def aclose_current(self) -> None:
         """Close the running loop's resource, if it has one."""
         with self._lock:
             entry = self._entries.pop(asyncio.get_running_loop(), None)
         if entry is not None:
-            await self._release(entry)
+            await self._close(entry.resource)
 
     def close_all(self) -> None:
         """From a sync close: each loop's resource is closed on its loop -- now if that
@@ -204,9 +188,9 @@ class PerLoop(Generic[R]):
                 if lp.is_closed():
                     continue
                 if lp is current:
-                    lp.create_task(self._release(entry))
+                    lp.create_task(self._close(entry.resource))
                 elif lp.is_running():
-                    asyncio.run_coroutine_threadsafe(self._release(entry), lp)
+                    asyncio.run_coroutine_threadsafe(self._close(entry.resource), lp)
 
 
 async def iterate(items: Iterator[T]) -> AsyncIterator[T]:

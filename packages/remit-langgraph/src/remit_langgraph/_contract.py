@@ -682,8 +682,11 @@ def _wait_durable(saver: GatedSaver, conf: dict[str, Any], thread_id: str,
         return saver.store.get_checkpoint(thread_id, checkpoint_id, ns=graph_ns,
                                           with_writes=False)
 
-    stored = durable()
-    if stored is None and aio.blocking_the_loop():
+    # a sync effect of an async node must not wait: it would block the loop that stores it
+    blocking = aio.blocking_the_loop()
+    stored = durable() if blocking else poll(durable, within=DURABLE_WAIT, pause=0.002,
+                                             most=0.05)
+    if stored is None and blocking:
         raise RemitError(
             f"thread {thread_id!r}: a sync @effect was called on the event loop (from an "
             f"async node, task {task_ns!r}) before the loop had stored the task's "
@@ -691,8 +694,6 @@ def _wait_durable(saver: GatedSaver, conf: dict[str, Any], thread_id: str,
             "background); waiting here would block the loop that stores it. Declare the "
             "effect 'async def' and await it, call it from a sync node, or run the graph "
             "with durability='sync'.")
-    if stored is None:
-        stored = poll(durable, within=DURABLE_WAIT, pause=0.002, most=0.05)
     if stored is None:
         raise RemitError(
             f"thread {thread_id!r}: checkpoint {checkpoint_id!r} of task {task_ns!r} was "

@@ -488,9 +488,7 @@ class PostgresStore(sql.SqlStore):
             with aio.entered(pool.connection()) as conn:
                 yield cast(Conn, _Connection(conn))
         except psycopg.OperationalError as exc:
-            if _connection_lost(exc) and not isinstance(exc, PoolTimeout) and not self._closed:
-                with contextlib.suppress(Exception):
-                    aio.wait(pool.check())
+            self._sweep_after(exc, lambda: aio.wait(pool.check()))
             raise
 
     @contextlib.contextmanager
@@ -506,10 +504,15 @@ class PostgresStore(sql.SqlStore):
             with pool.connection() as conn:
                 yield conn
         except psycopg.OperationalError as exc:
-            if _connection_lost(exc) and not isinstance(exc, PoolTimeout) and not self._closed:
-                with contextlib.suppress(Exception):
-                    pool.check()  # drop the idle connections that died with this one
+            self._sweep_after(exc, pool.check)
             raise
+
+    def _sweep_after(self, exc: psycopg.OperationalError, check: Callable[[], Any]) -> None:
+        """After ``exc``: if the connection itself was lost, drop the pool's idle
+        connections (``check``), which died with it, so that the retry gets a fresh one."""
+        if _connection_lost(exc) and not isinstance(exc, PoolTimeout) and not self._closed:
+            with contextlib.suppress(Exception):
+                check()
 
     def capacity_warnings(self, *, threads: int = 1) -> list[str]:
         """This pool against ``threads`` working threads (each holds a connection while it
