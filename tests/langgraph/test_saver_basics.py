@@ -29,7 +29,7 @@ from langgraph.types import Command, Interrupt, Send, interrupt
 
 from remit_core import SerializationError, Store
 from remit_core.serde import default_serde
-from remit_langgraph import RemitSaver
+from remit_langgraph import RemitSaver, _seam
 from remit_langgraph._contract import derive_step_id
 from remit_langgraph._serde import EMPTY, storable
 
@@ -679,7 +679,8 @@ def ids_of(saver: BaseCheckpointSaver[Any], config: Any) -> list[str]:
 
 def rederived(saver: BaseCheckpointSaver[Any], config: Any, serde: Any) -> dict[str, bool]:
     """For each stored ``source="loop"`` checkpoint: whether its id is the one
-    :func:`derive_step_id` gives for its parent, step and values."""
+    :func:`derive_step_id` gives for its parent, step and the writes stored as the
+    parent's pending writes (per task, control writes left out)."""
     history = list(saver.list(config))
     by_id = {t.config["configurable"]["checkpoint_id"]: t for t in history}
     out = {}
@@ -688,9 +689,13 @@ def rederived(saver: BaseCheckpointSaver[Any], config: Any, serde: Any) -> dict[
             continue
         own = t.config["configurable"]["checkpoint_id"]
         parent = by_id[t.parent_config["configurable"]["checkpoint_id"]]
+        tasks: dict[str, list[tuple[str, Any]]] = {}
+        for task_id, channel, value in parent.pending_writes or ():
+            if task_id != _seam.NULL_TASK_ID and channel not in _seam.CONTROL_WRITES:
+                tasks.setdefault(task_id, []).append((channel, value))
         out[own] = own == derive_step_id(str(config["configurable"]["thread_id"]), "",
                                          parent.checkpoint, t.metadata["step"], t.checkpoint,
-                                         serde=serde)
+                                         sorted(tasks.items()), serde=serde)
     return out
 
 
@@ -715,6 +720,39 @@ def test_loop_checkpoints_get_derived_ids(saver: RemitSaver, api: str) -> None:
     linear_graph(mem).invoke({"items": [], "count": 0}, mem_config)
     kept = rederived(mem, mem_config, saver.store.serde)
     assert len(kept) == 4 and not any(kept.values())
+
+
+def _extend(current: list[str], writes: list[list[str]]) -> list[str]:
+    return [*current, *(x for w in writes for x in w)]
+
+
+if _seam.DeltaChannel is not None:
+    class DeltaLog(TypedDict, total=False):
+        log: Annotated[list[str], _seam.DeltaChannel(_extend)]
+
+
+@pytest.mark.skipif(_seam.DeltaChannel is None, reason="this langgraph has no DeltaChannel")
+def test_a_graph_with_a_delta_channel_gets_derived_ids(saver: RemitSaver) -> None:
+    """A delta channel's value is not in the checkpoint; the id is derived from the
+    step's writes, so two runs that write differently get different children."""
+    def build(word: str) -> Any:
+        return (StateGraph(DeltaLog).add_node("a", lambda s: {"log": [word]})
+                .add_node("b", lambda s: {"log": [f"{word}!"]})
+                .add_edge(START, "a").add_edge("a", "b").compile(checkpointer=saver))
+
+    config = cfg()
+    assert build("x").invoke({"log": ["in"]}, config) == {"log": ["in", "x", "x!"]}
+    derived = rederived(saver, config, saver.store.serde)
+    assert len(derived) == 3 and all(derived.values())  # START, a, b
+    head = saver.get_tuple(config)
+    assert head is not None and head.parent_config is not None
+    parent = saver.get_tuple(head.parent_config)
+    assert parent is not None
+    other = derive_step_id(str(config["configurable"]["thread_id"]), "", parent.checkpoint,
+                           head.metadata["step"], head.checkpoint,
+                           [(t, [("log", ["y!"])]) for t, _, _ in parent.pending_writes],
+                           serde=saver.store.serde)
+    assert other != head.config["configurable"]["checkpoint_id"]
 
 
 def test_recovering_one_state_twice_gives_the_same_ids(saver: RemitSaver) -> None:

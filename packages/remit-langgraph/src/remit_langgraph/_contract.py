@@ -42,7 +42,7 @@ class ``RemitSaver`` derives from, so ``saver`` imports this module and not the 
   (its first load has no checkpoint id, no ``remit_fork``) stores every
   checkpoint its loop writes after a superstep (``source="loop"``) under an id
   derived from (thread, namespace, parent checkpoint id, step, the channels the
-  step updated and their values) instead of a time-based uuid6; see
+  step updated and the writes of its tasks) instead of a time-based uuid6; see
   :func:`derive_step_id`. Recovering one durable state twice therefore names the
   new checkpoints, the tasks run from them and their effect receipts alike.
 """
@@ -524,23 +524,29 @@ def note_load(saver: GatedSaver, config: Mapping[str, Any], loop: Any | None, *,
 
 
 def derive_step_id(thread_id: str, ns: str, parent: Checkpoint, step: int, new: Checkpoint,
-                   *, serde: Any = None) -> str:
+                   writes: Sequence[tuple[str, Sequence[tuple[str, Any]]]], *,
+                   serde: Any = None) -> str:
     """The id of the checkpoint a superstep produced from ``parent``.
 
-    Derived from (thread, namespace, parent id, step, the channels the step updated
-    and their values); channel versions are left out, their suffix is random. Laid out
+    Derived from (thread, namespace, parent id, step, the channels the step updated,
+    and the step's ``writes``: per task, its id and its state writes in order, as
+    :func:`remit_langgraph._seam.step_writes` gives them). The parent's values and
+    those writes make the new values, so equal inputs name the same child, and the
+    cost is that of the step's writes, not of the whole state (a chat's message list
+    is not hashed again at every turn). The writes are those stored as the parent's
+    pending writes, so the id can be worked out again from what is stored. Laid out
     as a uuid6, like LangGraph's own ids: its time is the parent's plus 100 ns (the
-    parent id's time when it is a uuid6, else the parent's ``ts``), its clock sequence
-    the step and its node 48 bits of the digest, so a child's id sorts after its
-    parent's, as along a chain of uuid6 ids. Raises ``SerializationError`` for a value
-    remit cannot store.
+    parent id's time when it is a uuid6, else the parent's ``ts``), its clock
+    sequence the step and its node 48 bits of the digest, so a child's id sorts after
+    its parent's, as along a chain of uuid6 ids. Raises ``SerializationError`` for a
+    value remit cannot store.
     """
-    values = new.get("channel_values") or {}
     updated = new.get("updated_channels")
-    names = sorted(values) if updated is None else sorted(updated)
-    written = {ch: [values[ch]] if ch in values else [] for ch in names}
-    key = derive_id(f"{thread_id}|{ns}|{parent['id']}", f"loop|{step}",
-                    {"updated": names, "values": written}, serde=serde)
+    names = sorted(new.get("channel_values") or {}) if updated is None else sorted(updated)
+    key = derive_id(f"{thread_id}|{ns}|{parent['id']}", f"step|{step}",
+                    {"updated": names,
+                     "writes": [[task, [[ch, v] for ch, v in w]] for task, w in writes]},
+                    serde=serde)
     timestamp = _uuid_time(parent) + 1
     node = uuid.UUID(key).int & 0xFFFFFFFFFFFF
     value = ((timestamp >> 12) & 0xFFFFFFFFFFFF) << 80
@@ -569,9 +575,9 @@ def derived_checkpoint_id(loop: Any, parent: Checkpoint, channels: Mapping[str, 
     Derived only for a checkpoint written after a superstep (``source="loop"``) by a
     loop that continues its thread's head (:func:`note_load`). Not under
     ``durability="exit"``, whose steps build checkpoints without their new values
-    (``channels`` is None) and store only the last, under the id of the one before;
-    and not when the graph has delta channels (their values are not in the
-    checkpoint, so the digest could not tell two children apart).
+    (``channels`` is None) and store only the last, under the id of the one before.
+    Graphs with delta channels get derived ids too: the digest is of the step's
+    writes, which delta channels keep like any other.
     """
     if channels is None or not isinstance(loop, _seam.PregelLoop):
         return None
@@ -582,31 +588,14 @@ def derived_checkpoint_id(loop: Any, parent: Checkpoint, channels: Mapping[str, 
     metadata = getattr(loop, "checkpoint_metadata", None) or {}
     if metadata.get("source") != "loop" or metadata.get("step") != step:
         return None
-    if _has_delta_channels(loop, channels):
-        return None
     saver, thread_id, ns = run
     try:
-        return derive_step_id(thread_id, ns, parent, step, new, serde=saver.store.serde)
+        return derive_step_id(thread_id, ns, parent, step, new, _seam.step_writes(loop),
+                              serde=saver.store.serde)
     except SerializationError:
         return None  # put refuses the same value and names it
 
 
-# whether a loop's graph has delta channels: its channel types are fixed for the run, and
-# a graph has a channel per node and per edge, so this is worked out once per loop
-_delta: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-
-
-def _has_delta_channels(loop: Any, channels: Mapping[str, Any]) -> bool:
-    delta = _seam.DeltaChannel
-    if delta is None:
-        return False
-    with _runs_lock:
-        found = _delta.get(loop)
-    if found is None:
-        found = any(issubclass(t, delta) for t in {type(ch) for ch in channels.values()})
-        with _runs_lock:
-            _delta[loop] = found
-    return found
 
 
 

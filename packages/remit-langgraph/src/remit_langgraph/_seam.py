@@ -61,7 +61,7 @@ import contextvars
 import functools
 import importlib
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Protocol
@@ -540,6 +540,23 @@ def loop_end(loop: Any, *, ok: bool, error: BaseException | None) -> LoopEnd:
         return LoopEnd(GraphRecursionError(
             "the run reached its recursion limit before it ended (config recursion_limit)"))
     return LoopEnd(None)
+
+
+def step_writes(loop: Any) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """The state writes of the superstep a loop is checkpointing (``after_tick``): per
+    task that wrote, (task id, its writes in order), by task id; control writes
+    (interrupts, resumes, errors) left out. They are the writes LangGraph stored as
+    the parent checkpoint's pending writes and then applied to its values."""
+    tasks = getattr(loop, "tasks", None)
+    if not isinstance(tasks, Mapping):
+        raise LangGraphSeamError("PregelLoop.tasks",
+                                 "is not the mapping of the superstep's tasks it was")
+    out = []
+    for task_id in sorted(tasks):
+        written = [(ch, v) for ch, v in tasks[task_id].writes if ch not in CONTROL_WRITES]
+        if written:
+            out.append((str(task_id), written))
+    return out
 
 
 def _install_ids() -> None:

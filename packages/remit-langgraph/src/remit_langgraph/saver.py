@@ -136,7 +136,7 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
       fork-addressed resume uses its own value.
     * RD: a run that continues its thread's latest checkpoint (no ``checkpoint_id``,
       no ``remit_fork``) stores each checkpoint its loop writes after a superstep under
-      an id derived from the parent id, the step and the channels the step updated
+      an id derived from the parent id, the step and its tasks' writes
       (:func:`remit_langgraph._contract.derive_step_id`), not a time-based uuid6, so
       recovering one durable state twice writes the same ids. ``put`` itself stores
       and returns the id it is given.
