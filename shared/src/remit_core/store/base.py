@@ -154,9 +154,9 @@ class Store(ABC):
     serde: Serde
     #: encoded channel values and pending writes of at least this many bytes are stored
     #: as content-defined chunks, once per run (:mod:`remit_core.store.chunks`)
-    chunk_threshold: int = 64 * 1024
+    chunk_threshold: int = 8 * 1024
     #: the average chunk size FastCDC aims at
-    chunk_size: int = 16 * 1024
+    chunk_size: int = 2 * 1024
 
     #: the backend's I/O can await an async driver under :func:`remit_core.aio.run`; if
     #: not, an operation run that way goes to the store's own pool of ``async_threads``

@@ -30,7 +30,7 @@ from remit_core.store.sql import TABLES
 from remit_core.urls import mask_url
 
 #: the column types of sql.SCHEMA, sql.CHUNKS and sql.LIFECYCLE in this database
-# (the chunks are a rowid table: their rows are 4-64 kB, too large to sit well in a
+# (the chunks are a rowid table: their rows are 0.5-8 kB, too large to sit well in a
 # WITHOUT ROWID b-tree)
 SCHEMA_TYPES = dict(seq="INTEGER PRIMARY KEY AUTOINCREMENT", time="REAL", bytes="BLOB",
                     json="TEXT", int64="INTEGER", keyed=" WITHOUT ROWID", chunk_key="UNIQUE")
