@@ -726,21 +726,20 @@ class PostgresStore(sql.SqlStore):
             "values": [b.value for b in blobs], "digests": list(chunks),
             "chunks": list(chunks.values()), "lock": self._run_lock(row.run_id),
         }
-        writes = [self._chunks_sql] if chunks else []
-        if not exclusive_child or row.parent_id is None:
+        if not chunks and (not exclusive_child or row.parent_id is None):
             with self._conn() as conn:
-                seq = self._one_trip(
-                    conn, [_LOCK_RUN, *writes,
-                           self._put_ck_sql], params)
+                seq = self._one_trip(conn, [_LOCK_RUN, self._put_ck_sql], params)
             assert seq is not None
             return int(seq[0]), None
-        with self._tx() as conn:  # the check's answer decides whether anything is written
+        # the check's answer decides whether anything is written; chunks go as binary
+        # parameters, only those the run does not have yet (a growing value shares most)
+        with self._tx() as conn:
             self._lock_runs(conn, row.run_id)
-            other = conn.execute(self._sibling_sql, params).fetchone()
-            if other is not None:
-                return 0, str(other[0])
-            for statement in writes:
-                conn.execute(statement, params)
+            if exclusive_child and row.parent_id is not None:
+                other = conn.execute(self._sibling_sql, params).fetchone()
+                if other is not None:
+                    return 0, str(other[0])
+            self._insert_new_chunks(conn, row.run_id, chunks)
             seq = conn.execute(self._put_ck_sql, params).fetchone()
             assert seq is not None
             return int(seq[0]), None
@@ -773,12 +772,29 @@ class PostgresStore(sql.SqlStore):
             "run": rows[0].run_id, "digests": list(chunks), "chunks": list(chunks.values()),
             "lock": self._run_lock(rows[0].run_id),
         }
-        with self._conn() as conn:
-            if not chunks:  # one statement, its own transaction (autocommit): no lock
-                # needed, as prune keeps a run's writes unless their checkpoint goes too
+        if not chunks:  # one statement, its own transaction (autocommit): no lock
+            # needed, as prune keeps a run's writes unless their checkpoint goes too
+            with self._conn() as conn:
                 conn.execute(insert, params)
-            else:
-                self._one_trip(conn, [_LOCK_RUN, self._chunks_sql, insert], params)
+            return
+        with self._tx() as conn:
+            self._lock_runs(conn, rows[0].run_id)
+            self._insert_new_chunks(conn, rows[0].run_id, chunks)
+            conn.execute(insert, params)
+
+    def _insert_new_chunks(self, conn: Conn, run_id: str, chunks: Mapping[bytes, bytes]
+                           ) -> None:
+        """Insert the chunks the run does not have yet, under the run's lock (so that no
+        prune deletes one found present before the value naming it commits)."""
+        if not chunks:
+            return
+        present = {bytes(d) for (d,) in conn.execute(
+            f"SELECT digest FROM {self._t.ch} WHERE run_id = %s AND digest = ANY(%s::bytea[])",
+            (run_id, list(chunks)), binary=True).fetchall()}
+        new = {d: v for d, v in chunks.items() if d not in present}
+        if new:
+            conn.execute(self._chunks_sql, {"run": run_id, "digests": list(new),
+                                            "chunks": list(new.values())}, binary=True)
 
     # ------------------------------------------------------------------------ receipts, claims
 
