@@ -107,6 +107,49 @@ def sleep(seconds: float) -> None:
         time.sleep(seconds)
 
 
+class Signal:
+    """A one-shot flag that a thread, or sync code under :func:`run`, waits for with a
+    timeout, and that any thread sets (a ``threading.Event`` that does not block the loop
+    of a coroutine waiting for it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+        self._futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def set(self) -> None:
+        with self._lock:
+            self._event.set()
+            futures, self._futures = self._futures, []
+        for owner, future in futures:
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                owner.call_soon_threadsafe(_resolve, future)
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None) -> bool:
+        """True once set; False if ``timeout`` seconds passed first."""
+        if not bridged():
+            return self._event.wait(timeout)
+        owner = loop()
+        with self._lock:
+            if self._event.is_set():
+                return True
+            future: asyncio.Future[None] = owner.create_future()
+            self._futures.append((owner, future))
+        try:
+            wait(asyncio.wait_for(future, timeout))
+        except TimeoutError:
+            return self._event.is_set()
+        return True
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 @contextlib.contextmanager
 def entered(manager: AbstractAsyncContextManager[T]) -> Iterator[T]:
     """Inside :func:`run`: an async context manager used as a sync one."""

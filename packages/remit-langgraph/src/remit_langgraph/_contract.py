@@ -471,6 +471,18 @@ class _Hooks:
         if derived is not None:
             new["id"] = derived
 
+    def task_writes(self, loop: Any, task_id: str, writes: Sequence[tuple[str, Any]]
+                    ) -> None:
+        """Group commit: the last writes of a step go in the transaction of the step's
+        checkpoint (remit_core.store.groups), one durable commit per step, not two."""
+        saver = getattr(loop, "checkpointer", None)
+        if not isinstance(saver, GatedSaver):
+            return
+        target = _seam.finishing_writes(loop, task_id, writes)
+        if target is not None:
+            thread_id, ns, checkpoint_id = target
+            saver.store.expect_writes(thread_id, checkpoint_id, task_id, ns=ns)
+
 
 def _iso(epoch: float | None) -> str:
     return datetime.fromtimestamp(epoch or 0.0, UTC).isoformat(timespec="seconds")

@@ -21,6 +21,10 @@ loop attributes ``status``, ``tasks``;         read when the root loop exits: ho
                                                 the loop it runs (the run lifecycle)
 ``PregelLoop._put_checkpoint`` and the module   wrapped: the loop mints a checkpoint's id
 global ``_loop.create_checkpoint`` it calls     there; remit derives it instead (RD)
+``PregelLoop.put_writes``; loop attributes      wrapped: a task's writes that finish its
+``durability``, ``checkpointer_put_writes``,    step are announced to the store, which
+``checkpoint``, ``checkpoint_config``           commits them with the step's checkpoint
+                                                (group commit)
 ``Pregel.bulk_update_state`` /                  wrapped: a ``put`` made for
 ``abulk_update_state``                          ``update_state`` (FD forks)
 ``Pregel.get_state`` / ``get_state_history``    wrapped, as the loop's entry: the
@@ -312,6 +316,8 @@ class Hooks(Protocol):
     def entered(self, loop: Any) -> None: ...
     def exited(self, loop: Any, *, ok: bool, error: BaseException | None) -> None: ...
     def derive_id(self, loop: Any, parent: Any, channels: Any, step: int, new: Any) -> None: ...
+    def task_writes(self, loop: Any, task_id: str, writes: Sequence[tuple[str, Any]]
+                    ) -> None: ...
 
 
 class _NoHooks:
@@ -320,6 +326,9 @@ class _NoHooks:
     def exited(self, loop: Any, *, ok: bool, error: BaseException | None) -> None:
         return None
     def derive_id(self, loop: Any, parent: Any, channels: Any, step: int, new: Any) -> None:
+        return None
+    def task_writes(self, loop: Any, task_id: str, writes: Sequence[tuple[str, Any]]
+                    ) -> None:
         return None
 
 
@@ -584,6 +593,45 @@ def _install_ids() -> None:
     _loop_mod.create_checkpoint = _mark(create_checkpoint)
 
 
+def _install_writes() -> None:
+    put_writes = vars(PregelLoop)["put_writes"]
+
+    @functools.wraps(put_writes)
+    def wrapped(self: Any, task_id: str, writes: Any, *args: Any, **kwargs: Any) -> Any:
+        _hooks.task_writes(self, task_id, writes)  # before the loop hands them to the saver
+        return put_writes(self, task_id, writes, *args, **kwargs)
+
+    PregelLoop.put_writes = _mark(wrapped)
+
+
+def finishing_writes(loop: Any, task_id: str, writes: Sequence[tuple[str, Any]]
+                     ) -> tuple[str, str, str] | None:
+    """(thread id, namespace, checkpoint id) the loop is about to store ``writes``
+    against, when they are the last of their step: regular writes (no error, no
+    interrupt) of a task of the running step whose every other task finished without an
+    error, in a loop with ``durability="sync"``: the step's checkpoint is what it stores
+    next, and it waits for that before the next step. (Under ``"async"`` the loop goes on
+    while its checkpoints are stored one after another; writes held back for them would
+    hold the loop's background threads, which its tasks need.) None otherwise."""
+    if not writes or getattr(loop, "durability", None) != "sync":
+        return None
+    if getattr(loop, "checkpointer_put_writes", None) is None:
+        return None
+    if any(ch in (ERROR, INTERRUPT) for ch, _ in writes):
+        return None
+    tasks = getattr(loop, "tasks", None)
+    if not isinstance(tasks, Mapping) or task_id not in tasks:
+        return None  # the null task's writes (an input, a resume), or no step running
+    for other_id, task in tasks.items():
+        if other_id != task_id and (not task.writes
+                                    or any(ch == ERROR for ch, _ in task.writes)):
+            return None  # a sibling still runs (or failed: no checkpoint follows)
+    # (the config LangGraph's put_writes hands the saver: these three, as here)
+    return (str(loop.checkpoint_config["configurable"]["thread_id"]),
+            str(loop.config["configurable"].get("checkpoint_ns") or ""),
+            str(loop.checkpoint["id"]))
+
+
 def _install_updates() -> None:
     bulk, abulk = vars(Pregel)["bulk_update_state"], vars(Pregel)["abulk_update_state"]
 
@@ -659,11 +707,15 @@ def install(hooks: Hooks) -> None:
         return
     _installed.update(_install_loops())
     _install_ids()
+    _install_writes()
     _install_updates()
     _install_reads()
     _install_streams()
 
 
+# the seams the contract needs, checked on every load (PregelLoop.put_writes is not among
+# them: without its wrapper a step's writes are committed on their own, which costs a
+# commit, not a guarantee)
 _WRAPPED = ((Pregel, "stream"), (Pregel, "astream"),
             (SyncPregelLoop, "__enter__"), (SyncPregelLoop, "__exit__"),
             (AsyncPregelLoop, "__aenter__"), (AsyncPregelLoop, "__aexit__"),

@@ -79,6 +79,7 @@ from remit_core.records import (
 from remit_core.retry import retrying, waiting_for_holder
 from remit_core.serde import Serde, default_serde
 from remit_core.store import chunks as _chunks
+from remit_core.store.groups import Groups
 from remit_core.store.options import Parsed, parse_options
 from remit_core.urls import mask_url, password_hint, scrub, url_secrets
 
@@ -158,6 +159,10 @@ class Store(ABC):
     #: the average chunk size FastCDC aims at
     chunk_size: int = 2 * 1024
 
+    #: the backend commits a checkpoint with pending writes against its parent in one
+    #: transaction (group commit, :meth:`expect_writes`)
+    groups_writes: ClassVar[bool] = False
+
     #: the backend's I/O can await an async driver under :func:`remit_core.aio.run`; if
     #: not, an operation run that way goes to the store's own pool of ``async_threads``
     native_async: ClassVar[bool] = False
@@ -202,6 +207,7 @@ class Store(ABC):
         self._inflight_cond = threading.Condition()
         self._closed = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._groups = Groups()
 
     # ================================================================================== lifecycle
 
@@ -244,6 +250,7 @@ class Store(ABC):
 
     def _stop_operations(self) -> bool:
         """Refuse new operations and wait for those in flight; False if closed already."""
+        self._groups.release_all()  # writes held for a checkpoint are committed now
         with self._inflight_cond:
             if self._closed:
                 return False
@@ -292,6 +299,14 @@ class Store(ABC):
         the policy takes over *from that failure* (it sees the first attempt fail), so
         the attempts, waits and log lines are those of a policy that made every attempt.
         """
+        self._admit(fn)
+        try:
+            return self._run(fn, *args, **kwargs)
+        finally:
+            self._leave()
+
+    def _admit(self, fn: Callable[..., Any]) -> None:
+        """Count an operation in flight, or refuse it (store read-only or closed)."""
         if self.read_only and getattr(fn, "__name__", "") in _WRITES:
             raise StoreConfigError(
                 f"{self.url!r} was opened read-only (open_store(url, read_only=True)); "
@@ -304,19 +319,21 @@ class Store(ABC):
                     "started afterwards was refused. Open the store again (open_store(url)) "
                     "or keep it open while the work that uses it runs.", url=self.url)
             self._inflight += 1
-        try:
-            if not self.native_async and aio.bridged():
-                # under remit_core.aio.run, a backend without an async driver runs the
-                # operation on the store's own threads, not on the event loop
-                return aio.wait(aio.loop().run_in_executor(
-                    self._async_threads(),
-                    functools.partial(self._attempts, fn, *args, **kwargs)))
-            return self._attempts(fn, *args, **kwargs)
-        finally:
-            with self._inflight_cond:
-                self._inflight -= 1
-                if self._inflight == 0 and self._closed:
-                    self._inflight_cond.notify_all()
+
+    def _leave(self) -> None:
+        with self._inflight_cond:
+            self._inflight -= 1
+            if self._inflight == 0 and self._closed:
+                self._inflight_cond.notify_all()
+
+    def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        if not self.native_async and aio.bridged():
+            # under remit_core.aio.run, a backend without an async driver runs the
+            # operation on the store's own threads, not on the event loop
+            return aio.wait(aio.loop().run_in_executor(
+                self._async_threads(),
+                functools.partial(self._attempts, fn, *args, **kwargs)))
+        return self._attempts(fn, *args, **kwargs)
 
     def _attempts(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         try:
@@ -482,7 +499,20 @@ class Store(ABC):
                 self.serde.encode(value, record=f"channel {channel!r} of {where}"), chunks))
             for channel, (version, value) in new_values.items()
         ]
-        seq, conflict = self._call(self._write_checkpoint, row, blobs, exclusive_child, chunks)
+        # group commit: pending writes a loop announced against the parent go in this
+        # transaction (remit_core.store.groups)
+        grouped = (self._groups.take((run_id, ns, parent_id))
+                   if self._groups and parent_id is not None else [])
+        stored = False
+        try:
+            for entry in grouped:
+                for digest, chunk in entry.chunks.items():
+                    chunks.setdefault(digest, chunk)
+            seq, conflict = self._call(self._write_checkpoint, row, blobs, exclusive_child,
+                                       chunks, [(e.rows, e.overwrite) for e in grouped])
+            stored = conflict is None
+        finally:
+            self._groups.settle(grouped, stored=stored)
         if conflict is not None:
             raise ConsumeConflict(
                 f"run {run_id!r}: checkpoint {parent_id!r} already has a successor "
@@ -571,8 +601,32 @@ class Store(ABC):
                 task_path)
             for idx, channel, value in writes
         ]
-        if rows:
-            self._call(self._write_writes, rows, overwrite, chunks)
+        if not rows:
+            return
+        if self._groups:
+            self._admit(self._write_writes)
+            try:
+                if self._groups.put((run_id, ns, checkpoint_id), task_id, rows, overwrite,
+                                    chunks, lambda: self._run(self._write_writes, rows,
+                                                              overwrite, chunks)):
+                    return
+            finally:
+                self._leave()
+        self._call(self._write_writes, rows, overwrite, chunks)
+
+    def expect_writes(self, run_id: str, checkpoint_id: str, task_id: str, *,
+                      ns: str = "") -> bool:
+        """Group commit: announce that the next :meth:`put_writes` of ``task_id`` against
+        this checkpoint carries the last writes of its step, so that the store commits
+        them with the step's checkpoint (the next :meth:`put_checkpoint` whose parent this
+        is) in one transaction instead of two. ``put_writes`` still returns only once they
+        are durable; if no checkpoint follows within ``groups.WAIT`` seconds they are
+        committed alone (:mod:`remit_core.store.groups`). False where the backend does not
+        group (the writes are committed at once, as without the announcement)."""
+        if not self.groups_writes or self.read_only:
+            return False
+        self._groups.expect((run_id, ns, checkpoint_id), task_id)
+        return True
 
     def list_runs(
         self,
@@ -1184,13 +1238,15 @@ class Store(ABC):
     @abstractmethod
     def _write_checkpoint(
         self, row: CheckpointRow, blobs: list[BlobRow], exclusive_child: bool,
-        chunks: Mapping[bytes, bytes],
+        chunks: Mapping[bytes, bytes], writes: Sequence[tuple[list[WriteRow], bool]] = (),
     ) -> tuple[int, str | None]:
         """Atomically: (if ``exclusive_child``) find another checkpoint of the run/ns with the
         same parent and kind and a different id -> return ``(0, its_id)`` writing nothing;
         else insert the run's chunks (digest -> bytes) and blobs that are absent, upsert the
         checkpoint (keeping its seq when it exists, else taking the next store-wide seq),
-        touch the run, and return ``(seq, None)``.
+        touch the run, and return ``(seq, None)``. ``writes`` (each a ``_write_writes``
+        call's rows and overwrite flag: pending writes against the parent, grouped with
+        this checkpoint) are stored in the same transaction, and not at all on a conflict.
         ``row.created_at`` is ignored; the backend stamps its own clock."""
 
     @abstractmethod

@@ -299,6 +299,7 @@ class PostgresDialect(sql.Dialect):
 class PostgresStore(sql.SqlStore):
     """A store in one schema of a PostgreSQL database, shared by many hosts."""
 
+    groups_writes = True
     backend = "postgres"
     migrations = MIGRATIONS
     native_async = True
@@ -363,19 +364,10 @@ class PostgresStore(sql.SqlStore):
             "SELECT %(run)s::text, %(ns)s::text, %(cid)s::text, %(parent)s::text, "
             "%(kind)s::text, %(execution)s::text, %(data)s::bytea, %(metadata)s::bytea, "
             f"%(vmap)s::jsonb, t FROM now {sql.CK_UPSERT}")
-        # pending writes, as rows of parallel arrays; by overwrite: replace or keep a key
-        self._writes_sql = {
-            overwrite: (
-                f"INSERT INTO {t.wr} (run_id, ns, checkpoint_id, {sql.WRITE_COLS}) "
-                "SELECT * FROM unnest(%(runs)s::text[], %(nss)s::text[], "
-                "%(cids)s::text[], %(tasks)s::text[], %(idxs)s::int[], %(channels)s::text[], "
-                "%(values)s::bytea[], %(paths)s::text[]) "
-                f"ON CONFLICT (run_id, ns, checkpoint_id, task_id, idx) {action}")
-            for overwrite, action in (
-                (True, "DO UPDATE SET channel = excluded.channel, value = excluded.value, "
-                       "task_path = excluded.task_path"),
-                (False, "DO NOTHING"))
-        }
+        # pending writes, as rows of parallel arrays; by overwrite: replace or keep a key;
+        # by the prefix of their parameters (a checkpoint write grouping several calls'
+        # writes with its own parameters names each group's apart)
+        self._writes_sql: dict[tuple[bool, str], str] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._pid = os.getpid()
@@ -707,7 +699,8 @@ class PostgresStore(sql.SqlStore):
                 "AND digest = ANY(%s::bytea[])", (run_id, digests), binary=True).fetchall()}
 
     def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
-                          exclusive_child: bool, chunks: Mapping[bytes, bytes]
+                          exclusive_child: bool, chunks: Mapping[bytes, bytes],
+                          writes: Sequence[tuple[list[WriteRow], bool]] = ()
                           ) -> tuple[int, str | None]:
         # Every checkpoint write of a run holds the run's advisory lock (see _lock_runs)
         # from before any check until commit. So exclusive_child (CO) is race-free: two
@@ -726,9 +719,14 @@ class PostgresStore(sql.SqlStore):
             "values": [b.value for b in blobs], "digests": list(chunks),
             "chunks": list(chunks.values()), "lock": self._run_lock(row.run_id),
         }
+        inserts = []  # pending writes grouped with this checkpoint, before it
+        for i, (rows, overwrite) in enumerate(writes):
+            insert, named = self._writes_insert(rows, overwrite, f"w{i}_")
+            inserts.append(insert)
+            params.update(named)
         if not chunks and (not exclusive_child or row.parent_id is None):
             with self._conn() as conn:
-                seq = self._one_trip(conn, [_LOCK_RUN, self._put_ck_sql], params)
+                seq = self._one_trip(conn, [_LOCK_RUN, *inserts, self._put_ck_sql], params)
             assert seq is not None
             return int(seq[0]), None
         # the check's answer decides whether anything is written; chunks go as binary
@@ -740,6 +738,8 @@ class PostgresStore(sql.SqlStore):
                 if other is not None:
                     return 0, str(other[0])
             self._insert_new_chunks(conn, row.run_id, chunks)
+            for insert in inserts:
+                conn.execute(insert, params)
             seq = conn.execute(self._put_ck_sql, params).fetchone()
             assert seq is not None
             return int(seq[0]), None
@@ -753,8 +753,10 @@ class PostgresStore(sql.SqlStore):
             rows = conn.execute(query, {**args, "limit": limit}, binary=True).fetchall()
         return [_found(r) for r in rows]
 
-    def _write_writes(self, rows: list[WriteRow], overwrite: bool,
-                      chunks: Mapping[bytes, bytes]) -> None:
+    def _writes_insert(self, rows: list[WriteRow], overwrite: bool, prefix: str
+                       ) -> tuple[str, dict[str, Any]]:
+        """The statement inserting one call's pending writes, and its parameters (named
+        with ``prefix``)."""
         # one row per key (an INSERT may not touch a row twice): the last one when
         # overwriting, else the first, as row-by-row inserts would leave it
         unique: dict[tuple[str, str, str, str, int], WriteRow] = {}
@@ -763,15 +765,29 @@ class PostgresStore(sql.SqlStore):
             if overwrite or key not in unique:
                 unique[key] = w
         kept = list(unique.values())
-        insert = self._writes_sql[overwrite]
-        params = {
-            "runs": [w.run_id for w in kept], "nss": [w.ns for w in kept],
-            "cids": [w.checkpoint_id for w in kept], "tasks": [w.task_id for w in kept],
-            "idxs": [w.idx for w in kept], "channels": [w.channel for w in kept],
-            "values": [w.value for w in kept], "paths": [w.task_path for w in kept],
-            "run": rows[0].run_id, "digests": list(chunks), "chunks": list(chunks.values()),
-            "lock": self._run_lock(rows[0].run_id),
+        statement = self._writes_sql.get((overwrite, prefix))
+        if statement is None:
+            action = ("DO UPDATE SET channel = excluded.channel, value = excluded.value, "
+                      "task_path = excluded.task_path") if overwrite else "DO NOTHING"
+            p = prefix
+            statement = self._writes_sql[(overwrite, prefix)] = (
+                f"INSERT INTO {self._t.wr} (run_id, ns, checkpoint_id, {sql.WRITE_COLS}) "
+                f"SELECT * FROM unnest(%({p}runs)s::text[], %({p}nss)s::text[], "
+                f"%({p}cids)s::text[], %({p}tasks)s::text[], %({p}idxs)s::int[], "
+                f"%({p}channels)s::text[], %({p}values)s::bytea[], %({p}paths)s::text[]) "
+                f"ON CONFLICT (run_id, ns, checkpoint_id, task_id, idx) {action}")
+        return statement, {
+            f"{prefix}runs": [w.run_id for w in kept], f"{prefix}nss": [w.ns for w in kept],
+            f"{prefix}cids": [w.checkpoint_id for w in kept],
+            f"{prefix}tasks": [w.task_id for w in kept], f"{prefix}idxs": [w.idx for w in kept],
+            f"{prefix}channels": [w.channel for w in kept],
+            f"{prefix}values": [w.value for w in kept],
+            f"{prefix}paths": [w.task_path for w in kept],
         }
+
+    def _write_writes(self, rows: list[WriteRow], overwrite: bool,
+                      chunks: Mapping[bytes, bytes]) -> None:
+        insert, params = self._writes_insert(rows, overwrite, "")
         if not chunks:  # one statement, its own transaction (autocommit): no lock
             # needed, as prune keeps a run's writes unless their checkpoint goes too
             with self._conn() as conn:

@@ -1598,8 +1598,13 @@ class RedisStore(Store):
     # --------------------------------------------------------------------------- checkpoints
 
     def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
-                          exclusive_child: bool, chunks: Mapping[bytes, bytes]
+                          exclusive_child: bool, chunks: Mapping[bytes, bytes],
+                          writes: Sequence[tuple[list[WriteRow], bool]] = ()
                           ) -> tuple[int, str | None]:
+        # (groups_writes is False here: no write is ever grouped with a checkpoint; were
+        # one, it would still be stored first, by its own script)
+        for rows, overwrite in writes:
+            self._write_writes(rows, overwrite, chunks)
         k = self._k
         r, ns = row.run_id, row.ns
         args: list[Any] = [

@@ -88,6 +88,7 @@ class SqliteDialect(sql.Dialect):
 class SqliteStore(sql.SqlStore):
     """A store in one SQLite file (or in memory)."""
 
+    groups_writes = True
     backend = "sqlite"
     keyword_passthrough = False
     migrations = MIGRATIONS
@@ -392,7 +393,8 @@ class SqliteStore(sql.SqlStore):
         return found
 
     def _write_checkpoint(self, row: CheckpointRow, blobs: list[BlobRow],
-                          exclusive_child: bool, chunks: Mapping[bytes, bytes]
+                          exclusive_child: bool, chunks: Mapping[bytes, bytes],
+                          writes: Sequence[tuple[list[WriteRow], bool]] = ()
                           ) -> tuple[int, str | None]:
         now = self._now()
         with self._tx() as conn:
@@ -403,6 +405,8 @@ class SqliteStore(sql.SqlStore):
                 if other is not None:
                     return 0, str(other[0])
             self._insert_chunks(conn, row.run_id, chunks)
+            for rows, overwrite in writes:
+                self._insert_writes(conn, rows, overwrite)
             conn.executemany(
                 "INSERT OR IGNORE INTO remit_blobs VALUES (?, ?, ?, ?, ?)",
                 [(b.run_id, b.ns, b.channel, b.version, b.value) for b in blobs],
@@ -450,14 +454,18 @@ class SqliteStore(sql.SqlStore):
 
     def _write_writes(self, rows: list[WriteRow], overwrite: bool,
                       chunks: Mapping[bytes, bytes]) -> None:
-        verb = "INSERT OR REPLACE" if overwrite else "INSERT OR IGNORE"
         with self._tx() as conn:
             self._insert_chunks(conn, rows[0].run_id, chunks)
-            conn.executemany(
-                f"{verb} INTO remit_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(w.run_id, w.ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.value,
-                  w.task_path) for w in rows],
-            )
+            self._insert_writes(conn, rows, overwrite)
+
+    @staticmethod
+    def _insert_writes(conn: sqlite3.Connection, rows: list[WriteRow], overwrite: bool) -> None:
+        verb = "INSERT OR REPLACE" if overwrite else "INSERT OR IGNORE"
+        conn.executemany(
+            f"{verb} INTO remit_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(w.run_id, w.ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.value,
+              w.task_path) for w in rows],
+        )
 
     # ------------------------------------------------------------------------ receipts, claims
 
