@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, unquote
 
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
 from remit_core.errors import StoreConfigError, StoreNotFound, StoreUnavailable
 from remit_core.records import BlobRow, CheckpointRow, WriteRow
 from remit_core.serde import Serde
@@ -210,6 +212,17 @@ class SqliteStore(sql.SqlStore):
         finally:
             os.close(fd)
 
+    def _enter_wal(self, conn: sqlite3.Connection) -> None:
+        """``PRAGMA journal_mode=WAL``. Switching a new file to WAL needs it to itself, and
+        SQLite answers "database is locked" at once, without its busy timeout, while
+        another process opening the same new file holds it: tried again (tenacity) for up
+        to the store's timeout."""
+        Retrying(retry=retry_if_exception(lambda e: isinstance(e, sqlite3.OperationalError)
+                                          and "locked" in str(e)),
+                 stop=stop_after_delay(self._timeout),
+                 wait=wait_random_exponential(multiplier=0.005, max=0.1),
+                 reraise=True)(conn.execute, "PRAGMA journal_mode=WAL")
+
     def _connect(self, *, shared: bool = False) -> sqlite3.Connection:
         try:
             if self.path is not None and self.read_only:
@@ -231,7 +244,7 @@ class SqliteStore(sql.SqlStore):
                                        isolation_level=None,
                                        check_same_thread=self.path is not None and not shared)
                 if self.path is not None:
-                    conn.execute("PRAGMA journal_mode=WAL")
+                    self._enter_wal(conn)
                 conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
         except sqlite3.Error as exc:
