@@ -31,7 +31,7 @@ from remit_core import (
 )
 from remit_core.errors import LeaseLost
 from remit_core.records import WriteRow
-from remit_core.store import Store, new_owner
+from remit_core.store import Store, chunks, new_owner
 from remit_core.store import sqlite as sqlite_backend
 
 
@@ -167,15 +167,36 @@ def test_a_growing_list_stores_about_what_it_adds(store: Store) -> None:
                     - before["blob_bytes"] - before["chunk_bytes"])
     whole = len(store.serde.encode(messages))
     assert whole > 350_000
-    # each of the last 10 checkpoints: the new message, a new first chunk (the list's
-    # length is at the front) and a new last chunk, each at most 4 x chunk_size (FastCDC's
-    # maximum), where a whole copy would be the whole list again
-    assert max(grew[-10:]) < 6_100 + 2 * 4 * store.chunk_size < whole / 2, grew[-10:]
+    # each of the last 10 checkpoints: the new message, a new head (the list's length is
+    # in its first bytes, chunks.HEAD of them a chunk of their own) and a new last chunk
+    # of at most 4 x chunk_size (FastCDC's maximum), and its manifest (32 bytes a chunk),
+    # where a whole copy would be the whole list again
+    manifest = 32 * (whole // (store.chunk_size // 4) + 2)
+    bound = 6_100 + chunks.HEAD + 4 * store.chunk_size + manifest
+    assert max(grew[-10:]) < bound < whole / 2, grew[-10:]
     assert sum(grew[-10:]) < 10 * whole / 3
     latest = store.get_checkpoint("r")
     assert latest is not None and latest.values["messages"] == messages
     assert [c.values["messages"] for c in store.list_checkpoints("r", limit=2)] == \
         [messages, messages[:-1]]
+
+
+def test_a_grown_list_stores_only_a_small_head_again() -> None:
+    """The list's length sits in the first bytes of its encoding: they are a chunk of
+    chunks.HEAD bytes of their own, so one more item changes that small head and the
+    last chunks, and the content-defined chunks in between stay the same."""
+    from remit_core.serde import default_serde
+
+    items = [{"role": "ai", "content": f"message {i} " + "x" * (200 + i)} for i in range(300)]
+    one, two = default_serde.encode(items), default_serde.encode([*items, items[0]])
+    a: dict[bytes, bytes] = {}
+    b: dict[bytes, bytes] = {}
+    first, grown = chunks.digests(chunks.split(one, size=2048, into=a)), chunks.digests(
+        chunks.split(two, size=2048, into=b))
+    assert len(a[first[0]]) == len(b[grown[0]]) == chunks.HEAD and first[0] != grown[0]
+    assert grown[1:len(first) - 1] == first[1:-1]
+    added = sum(len(b[d]) for d in set(grown) - set(first))
+    assert added <= chunks.HEAD + 4 * 2048 + len(default_serde.encode(items[0])), added
 
 
 def test_chunks_follow_copy_prune_executions_and_delete(store: Store) -> None:

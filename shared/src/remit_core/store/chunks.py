@@ -33,12 +33,20 @@ MAGIC = b"\x00\x01"
 DIGEST_SIZE = 32
 
 
+HEAD = 64
+"""The first bytes of a value are a chunk of their own: they hold the envelope's and the
+outer container's headers (a list's length), which change whenever the value grows, so
+the content-defined chunk after them stays the same (else the first chunk, up to four
+times ``size``, would be stored again for every new version of a growing list)."""
+
+
 def split(value: bytes, *, size: int, into: dict[bytes, bytes]) -> bytes:
     """The manifest of ``value``; its chunks are added to ``into`` (digest -> bytes)."""
     digests = []
+    head, rest = value[:HEAD], memoryview(value)[HEAD:]
     # a FastCDC object is not safe to share between threads; making one is cheap
-    for cut in FastCDC(size).cut_buf(value):
-        piece = bytes(cut.data)
+    pieces = [head, *(bytes(cut.data) for cut in FastCDC(size).cut_buf(rest))] if rest else [head]
+    for piece in pieces:
         digest = hashlib.sha256(piece).digest()
         into.setdefault(digest, piece)
         digests.append(digest)
