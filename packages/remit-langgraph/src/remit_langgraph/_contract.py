@@ -480,8 +480,9 @@ class _Hooks:
             return
         target = _seam.finishing_writes(loop, task_id, writes)
         if target is not None:
-            thread_id, ns, checkpoint_id = target
-            saver.store.expect_writes(thread_id, checkpoint_id, task_id, ns=ns)
+            thread_id, ns, checkpoint_id, background = target
+            saver.store.expect_writes(thread_id, checkpoint_id, task_id, ns=ns,
+                                      background=background)
 
 
 def _iso(epoch: float | None) -> str:

@@ -605,15 +605,16 @@ def _install_writes() -> None:
 
 
 def finishing_writes(loop: Any, task_id: str, writes: Sequence[tuple[str, Any]]
-                     ) -> tuple[str, str, str] | None:
-    """(thread id, namespace, checkpoint id) the loop is about to store ``writes``
-    against, when they are the last of their step: regular writes (no error, no
-    interrupt) of a task of the running step whose every other task finished without an
-    error, in a loop with ``durability="sync"``: the step's checkpoint is what it stores
-    next, and it waits for that before the next step. (Under ``"async"`` the loop goes on
-    while its checkpoints are stored one after another; writes held back for them would
-    hold the loop's background threads, which its tasks need.) None otherwise."""
-    if not writes or getattr(loop, "durability", None) != "sync":
+                     ) -> tuple[str, str, str, bool] | None:
+    """(thread id, namespace, checkpoint id, background) the loop is about to store
+    ``writes`` against, when they are the last of their step: regular writes (no error,
+    no interrupt) of a task of the running step whose every other task finished without
+    an error, in a loop that stores pending writes; the step's checkpoint is what it
+    stores next. ``background``: under ``durability="async"`` the loop goes on while its
+    checkpoints are stored one after another (under ``"sync"`` it waits for each). None
+    otherwise."""
+    durability = getattr(loop, "durability", None)
+    if not writes or durability not in ("sync", "async"):
         return None
     if getattr(loop, "checkpointer_put_writes", None) is None:
         return None
@@ -629,7 +630,7 @@ def finishing_writes(loop: Any, task_id: str, writes: Sequence[tuple[str, Any]]
     # (the config LangGraph's put_writes hands the saver: these three, as here)
     return (str(loop.checkpoint_config["configurable"]["thread_id"]),
             str(loop.config["configurable"].get("checkpoint_ns") or ""),
-            str(loop.checkpoint["id"]))
+            str(loop.checkpoint["id"]), durability == "async")
 
 
 def _install_updates() -> None:

@@ -162,6 +162,9 @@ class Store(ABC):
     #: the backend commits a checkpoint with pending writes against its parent in one
     #: transaction (group commit, :meth:`expect_writes`)
     groups_writes: ClassVar[bool] = False
+    #: ... also when the caller goes on without waiting for the checkpoint (a local
+    #: database commits fast enough that checkpoints do not queue up behind each other)
+    groups_background_writes: ClassVar[bool] = False
 
     #: the backend's I/O can await an async driver under :func:`remit_core.aio.run`; if
     #: not, an operation run that way goes to the store's own pool of ``async_threads``
@@ -615,15 +618,19 @@ class Store(ABC):
         self._call(self._write_writes, rows, overwrite, chunks)
 
     def expect_writes(self, run_id: str, checkpoint_id: str, task_id: str, *,
-                      ns: str = "") -> bool:
+                      ns: str = "", background: bool = False) -> bool:
         """Group commit: announce that the next :meth:`put_writes` of ``task_id`` against
         this checkpoint carries the last writes of its step, so that the store commits
         them with the step's checkpoint (the next :meth:`put_checkpoint` whose parent this
         is) in one transaction instead of two. ``put_writes`` still returns only once they
         are durable; if no checkpoint follows within ``groups.WAIT`` seconds they are
-        committed alone (:mod:`remit_core.store.groups`). False where the backend does not
-        group (the writes are committed at once, as without the announcement)."""
-        if not self.groups_writes or self.read_only:
+        committed alone (:mod:`remit_core.store.groups`). ``background``: the caller does
+        not wait for that checkpoint before it goes on (LangGraph's ``durability="async"``),
+        so the checkpoints may queue behind one another while the writes wait; grouped
+        only where ``groups_background_writes``. False where the backend does not group
+        (the writes are committed at once, as without the announcement)."""
+        if not self.groups_writes or self.read_only or (
+                background and not self.groups_background_writes):
             return False
         self._groups.expect((run_id, ns, checkpoint_id), task_id)
         return True

@@ -91,6 +91,7 @@ class SqliteStore(sql.SqlStore):
     """A store in one SQLite file (or in memory)."""
 
     groups_writes = True
+    groups_background_writes = True
     backend = "sqlite"
     keyword_passthrough = False
     migrations = MIGRATIONS
