@@ -125,9 +125,6 @@ class Signal:
             with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
                 owner.call_soon_threadsafe(_resolve, future)
 
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
     def wait(self, timeout: float | None) -> bool:
         """True once set; False if ``timeout`` seconds passed first."""
         if not bridged():

@@ -609,9 +609,6 @@ def derived_checkpoint_id(loop: Any, parent: Checkpoint, channels: Mapping[str, 
         return None  # put refuses the same value and names it
 
 
-
-
-
 # ======================================================================================= EO
 
 

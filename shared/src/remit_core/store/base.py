@@ -606,16 +606,16 @@ class Store(ABC):
         ]
         if not rows:
             return
-        if self._groups:
-            self._admit(self._write_writes)
-            try:
-                if self._groups.put((run_id, ns, checkpoint_id), task_id, rows, overwrite,
-                                    chunks, lambda: self._run(self._write_writes, rows,
-                                                              overwrite, chunks)):
-                    return
-            finally:
-                self._leave()
-        self._call(self._write_writes, rows, overwrite, chunks)
+        self._admit(self._write_writes)
+        try:
+            def alone() -> None:
+                self._run(self._write_writes, rows, overwrite, chunks)
+            # announced writes wait for their checkpoint (group commit); others go now
+            if not (self._groups and self._groups.put((run_id, ns, checkpoint_id), task_id,
+                                                      rows, overwrite, chunks, alone)):
+                alone()
+        finally:
+            self._leave()
 
     def expect_writes(self, run_id: str, checkpoint_id: str, task_id: str, *,
                       ns: str = "", background: bool = False) -> bool:

@@ -716,8 +716,7 @@ class PostgresStore(sql.SqlStore):
             "kind": row.kind, "execution": row.execution_id, "data": row.data,
             "metadata": row.metadata, "vmap": Jsonb(row.versions),
             "channels": [b.channel for b in blobs], "versions": [b.version for b in blobs],
-            "values": [b.value for b in blobs], "digests": list(chunks),
-            "chunks": list(chunks.values()), "lock": self._run_lock(row.run_id),
+            "values": [b.value for b in blobs], "lock": self._run_lock(row.run_id),
         }
         inserts = []  # pending writes grouped with this checkpoint, before it
         for i, (rows, overwrite) in enumerate(writes):
