@@ -642,3 +642,21 @@ def test_a_loop_entering_unseen_is_refused(saver: RemitSaver,
 
     with pytest.raises(_seam.LangGraphSeamError, match="without asking RemitSaver"):
         graph.invoke(Command(resume="yes"), config)
+
+
+def test_a_loop_without_its_tasks_is_refused_when_ids_are_derived() -> None:
+    """RD reads the superstep's writes from the loop's ``tasks``; a LangGraph whose loop no
+    longer has them gets a clear error naming the internal, not ids derived from nothing
+    (and not a SerializationError, which derived_checkpoint_id would take for a value put
+    refuses)."""
+    from types import SimpleNamespace
+
+    from remit_core import SerializationError
+
+    for loop in (SimpleNamespace(), SimpleNamespace(tasks=[("t", "x")])):
+        with pytest.raises(_seam.LangGraphSeamError, match=r"PregelLoop\.tasks") as err:
+            _seam.step_writes(loop)
+        assert not isinstance(err.value, SerializationError)
+    task = SimpleNamespace(writes=[("log", ["a"]), ("__interrupt__", ()), ("n", {"k": [1]})])
+    assert _seam.step_writes(SimpleNamespace(tasks={"b": task, "a": SimpleNamespace(
+        writes=[])})) == [("b", [("log", ["a"]), ("n", {"k": [1]})])]
