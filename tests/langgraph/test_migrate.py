@@ -779,6 +779,61 @@ def test_a_stock_thread_at_a_static_breakpoint_imports_parked(
         assert done["log"] == ["a", "b:txn-held", "c"]
 
 
+def approvals(checkpointer: BaseCheckpointSaver[Any] | None, where: str, depth: int) -> Any:
+    """``pre``, then a subgraph (``depth`` levels deep) whose ``ask`` node has a static
+    breakpoint of the innermost subgraph's own: ``interrupt_before=["ask"]``, or
+    ``interrupt_after=["ask"]`` with ``z`` after it."""
+    inner = StateGraph(Flaky)
+    inner.add_node("ask", lambda s: {"log": ["ask"]})
+    inner.add_node("z", lambda s: {"log": ["z"]})
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", "z")
+    inner.add_edge("z", END)
+    graph = inner.compile(**{f"interrupt_{where}": ["ask"]})  # type: ignore[arg-type]
+    for level in range(depth - 1):
+        wrap = StateGraph(Flaky)
+        wrap.add_node(f"level{level}", graph)
+        wrap.add_edge(START, f"level{level}")
+        wrap.add_edge(f"level{level}", END)
+        graph = wrap.compile()
+    b = StateGraph(Flaky)
+    b.add_node("pre", lambda s: {"log": ["pre"]})
+    b.add_node("inner", graph)
+    b.add_edge(START, "pre")
+    b.add_edge("pre", "inner")
+    b.add_edge("inner", END)
+    return b.compile(checkpointer=checkpointer, name="approvals")
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_stock_thread_stopped_at_a_subgraphs_breakpoint_imports_parked(
+        tmp_path: Path, store_url: str, where: str, depth: int) -> None:
+    """A subgraph (or a subgraph of it) stopped at a static breakpoint of its own: the root
+    has next tasks and no interrupt, so only the subgraph's checkpoint tells a person's
+    approval from a process that died; imported parked, as the live path records the
+    same graph stopped there, and recover leaves it (it was imported abandoned, and
+    recovered past the approval, before the import read the subgraphs)."""
+    path = str(tmp_path / "sub.sqlite")
+    with SqliteSaver.from_conn_string(path) as stock:
+        stopped = approvals(stock, where, depth).invoke({"thread": "held"}, cfg("held"))
+        assert stopped == {"thread": "held", "log": ["pre"]}  # the subgraph has not returned
+    with RemitSaver.from_conn_string(store_url) as saver:
+        graph = approvals(saver, where, depth)
+        migrate(path, saver.store, graph=graph)
+        graph.invoke({"thread": "live"}, cfg("live"))  # the live path, for the record
+        held, live = saver.store.get_run("held"), saver.store.get_run("live")
+        assert held is not None and live is not None
+        assert (held.status, held.name) == (live.status, live.name) == ("parked", "approvals")
+        assert held.waiting == live.waiting == {"interrupts": []}
+        assert recover(graph).total == 0
+        assert saver.store.get_run("held").status == "parked"  # type: ignore[union-attr]
+        # the person approves: it goes on, as the thread that ran under remit does
+        done, live_done = graph.invoke(None, cfg("held")), graph.invoke(None, cfg("live"))
+        assert done["log"] == live_done["log"] and done["log"][-2:] == ["ask", "z"]
+        assert saver.store.get_run("held").status == "done"  # type: ignore[union-attr]
+
+
 class Flaky(TypedDict, total=False):
     thread: str
     log: Annotated[list[str], operator.add]

@@ -80,6 +80,10 @@ namespace), as the live path decides it when a root loop exits
   must not run it. (A stock process that was resumed past a breakpoint and died in the
   node before it wrote anything cannot be told from one that stopped there: it is
   parked too, the safe reading.)
+* next tasks that run a subgraph stopped at a static breakpoint of its own (or of a
+  subgraph of it; read with ``get_state(config, subgraphs=True)``): ``parked``, waiting
+  ``{"interrupts": []}``, the record the live path makes when a root loop ends on its
+  subgraph's pause;
 * otherwise, next tasks pending: ``abandoned`` (the stock process died during the run):
   recorded running with a lease that has run out, so ``recover(graph, url)`` takes it at
   once and continues it from its last checkpoint.
@@ -97,6 +101,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.types import StateSnapshot
 
 from remit_core import Store, open_store
 from remit_core.adapter import (
@@ -216,17 +221,45 @@ def lifecycle_of(graph: Any, config: Any, *, stock: str = "stock saver"
         if task.error is not None:  # LangGraph stores a node's error as its repr only
             return "failed", {"type": stock, "message": str(task.error)}
     nodes = sorted(set(state.next))
+    point = _breakpoint(graph, graph, state)
+    if point is not None:
+        return ending(None, {"breakpoint": point, "nodes": nodes}, parked=True)
+    if _paused_inside(graph, graph, graph.get_state(config, subgraphs=True)):
+        # a subgraph stopped at a static breakpoint of its own: the root loop ends on its
+        # GraphInterrupt, and the live path records it parked so (_seam.loop_end)
+        return ending(None, {"interrupts": []}, parked=True)
+    return "abandoned", None
+
+
+def _breakpoint(root: Any, graph: Any, state: StateSnapshot) -> str | None:
+    """The static breakpoint of ``graph`` (the root or one of its subgraphs) that
+    ``state``, one of its checkpoints with next tasks, stopped at: ``interrupt_before``
+    one of the next nodes, or ``interrupt_after`` one of the nodes that produced it."""
     # (Pregel's own fields, set by its constructor: read directly, so that a release
     # without them fails loudly instead of reading every breakpoint as abandoned)
     before = graph.interrupt_before_nodes or ()
-    if before == "*" or any(n in before for n in nodes):
-        return ending(None, {"breakpoint": "interrupt_before", "nodes": nodes}, parked=True)
+    if before == "*" or any(n in before for n in state.next):
+        return "interrupt_before"
     after = graph.interrupt_after_nodes or ()
     if after and state.parent_config is not None:
-        ran = sorted({t.name for t in graph.get_state(state.parent_config).tasks})
+        # (the root reads a subgraph's checkpoints too, by their namespace)
+        ran = {t.name for t in root.get_state(state.parent_config).tasks}
         if after == "*" or any(n in after for n in ran):  # the loop then lists the next
-            return ending(None, {"breakpoint": "interrupt_after", "nodes": nodes}, parked=True)
-    return "abandoned", None
+            return "interrupt_after"
+    return None
+
+
+def _paused_inside(root: Any, graph: Any, state: StateSnapshot) -> bool:
+    """A subgraph of ``graph`` that one of ``state``'s next tasks runs (read with
+    ``subgraphs=True``), or a subgraph of it, stopped at its own static breakpoint."""
+    subgraphs = dict(graph.get_subgraphs())
+    for task in state.tasks:
+        inner, sub = task.state, subgraphs.get(task.name)
+        if sub is None or not isinstance(inner, StateSnapshot) or not inner.next:
+            continue  # not a subgraph, or one that has not checkpointed or has finished
+        if _breakpoint(root, sub, inner) is not None or _paused_inside(root, sub, inner):
+            return True
+    return False
 
 
 def _settle_lifecycle(graph: Any, store: Store, thread_id: str, src: StockSource
