@@ -72,6 +72,7 @@ def test_sqlite_store_of_schema_version_1_is_upgraded(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "s.db")
     conn.execute("DROP TABLE remit_chunks")  # the version-1 layout
     conn.execute("DROP TABLE remit_lifecycle")  # (version 3)
+    conn.execute("DROP INDEX remit_claims_lapsing")  # (version 4)
     conn.execute("UPDATE remit_meta SET value = '1' WHERE key = 'version'")
     conn.commit()
     conn.close()

@@ -348,14 +348,18 @@ def test_a_store_of_the_older_layout_is_read_without_lifecycles_then_upgraded(
 
     path = tmp_path / "old.db"
     url = f"sqlite:///{path}"
+    from remit_core.store.sqlite import MIGRATIONS
+
+    before = next(i for i, step in enumerate(MIGRATIONS) if "remit_lifecycle" in step)
     with open_store(url) as s:
         s.put_checkpoint("r1", "c1", data={})
         latest = s.layout_version
     with sqlite3.connect(path) as db:  # back to the layout before the lifecycle
         db.execute("DROP TABLE remit_lifecycle")
-        db.execute("UPDATE remit_meta SET value = ? WHERE key = 'version'", (str(latest - 1),))
+        db.execute("DROP INDEX remit_claims_lapsing")  # a later migration's
+        db.execute("UPDATE remit_meta SET value = ? WHERE key = 'version'", (str(before),))
     with open_store(url, read_only=True) as s:
-        assert s.layout_version == latest - 1
+        assert s.layout_version == before
         assert [(i.run_id, i.lifecycle) for i in s.list_runs()] == [("r1", None)]
         assert s.get_run("r1") is None and s.list_runs(status="abandoned") == []
     with sqlite3.connect(path) as db:
@@ -432,3 +436,82 @@ def test_an_execution_kept_with_its_own_lease_renews_that_lease(store: Store) ->
     assert keeper.end() == "done"
     done = store.get_run(run)
     assert done is not None and done.status == "done"
+
+
+def test_held_claims_whose_lease_ran_out_are_listed_for_their_parked_runs(
+        store: Store) -> None:
+    """``list_lapsed_claims``: a held claim whose lease ran out, of a run parked under the
+    framework (and name) asked for, is listed, oldest lapse first, paged with ``after``;
+    a live, consumed or released claim is not, nor one of a running run or of another
+    framework or name; a take-over or a renewal makes it live again, and deleting the run
+    removes it."""
+    fw = f"fw-{os.urandom(4).hex()}"
+
+    def parked(tag: str, name: str = "review", framework: str = fw) -> str:
+        run = run_id(tag)
+        store.start_run(run, framework=framework, name=name, owner="w")
+        assert store.end_run(run, owner="w", fence=1, status="parked")
+        return run
+
+    def claimed(run: str, lease: float = EXPIRED, owner: str = "dead") -> str:
+        key = f"{run}:feedback"
+        store.claim_once(key, run_id=run, owner=owner, digest="d", value={"ok": True},
+                         lease=lease)
+        return key
+
+    lapsed = [claimed(parked(f"lapsed{i}")) for i in range(3)]
+    claimed(parked("live"), lease=600.0)
+    consumed = claimed(parked("consumed"), lease=600.0, owner="c")
+    store.consume_claim(consumed, owner="c", fence=1)
+    released = claimed(parked("released"), lease=600.0, owner="r")
+    assert store.release_claim(released, owner="r", fence=1)
+    other_name = claimed(parked("other-name", name="other"))
+    claimed(parked("other-framework", framework=f"{fw}-x"))
+    running = run_id("running")
+    store.start_run(running, framework=fw, name="review", owner="w")
+    claimed(running)
+
+    found = store.list_lapsed_claims(framework=fw, name="review")
+    assert [c.key for c in found] == lapsed  # in the order their leases lapsed
+    assert all((c.status, c.owner, c.value) == ("claimed", "dead", {"ok": True})
+               for c in found)
+    assert {c.key for c in store.list_lapsed_claims(framework=fw)} == {*lapsed, other_name}
+    # paged: one at a time, each page after the last claim of the one before
+    pages, after = [], None
+    while page := store.list_lapsed_claims(framework=fw, name="review", limit=1, after=after):
+        pages.append(page[0].key)
+        after = page[-1]
+    assert pages == lapsed
+    # a recoverer takes the first over (its lease is live again); the second is renewed
+    # by its holder; deleting the third's run removes its claim
+    taken = store.claim_once(lapsed[0], run_id=found[0].run_id, owner="recoverer",
+                             lease=600.0)
+    assert taken.taken_over
+    assert store.renew_claim(lapsed[1], owner="dead", fence=1, lease=600.0)
+    store.delete_run(found[2].run_id)
+    assert store.list_lapsed_claims(framework=fw, name="review") == []
+    with pytest.raises(ValueError, match="limit"):
+        store.list_lapsed_claims(framework=fw, limit=0)
+
+
+def test_lapsed_claims_are_read_through_their_index(tmp_path: Any) -> None:
+    """SQLite answers ``list_lapsed_claims`` from the index of held claims by lease
+    expiry (remit_claims_lapsing), not by a scan of the claims or of the parked runs."""
+    with open_store(f"sqlite:///{tmp_path / 'plan.db'}") as s:
+        for i in range(50):
+            run = f"parked-{i}"
+            s.start_run(run, framework="fw", name="g", owner="w")
+            assert s.end_run(run, owner="w", fence=1, status="parked")
+            s.claim_once(f"{run}:k", run_id=run, owner="o", digest="d",
+                         lease=EXPIRED if i % 10 == 0 else 600.0)
+        conn = s._conn()  # this thread's connection: the statement the listing ran
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        try:
+            assert len(s.list_lapsed_claims(framework="fw", name="g")) == 5
+        finally:
+            conn.set_trace_callback(None)
+        [statement] = [q for q in seen if "remit_claims AS c" in q]
+        plan = [row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}")]
+    assert any("remit_claims_lapsing" in step for step in plan), plan
+    assert not any(step.startswith("SCAN") for step in plan), plan

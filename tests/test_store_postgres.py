@@ -128,6 +128,7 @@ def test_schema_version_1_is_upgraded(pg_url: str, admin: psycopg.Connection[Any
         s.put_checkpoint("r", "c1", new_values={"x": ("1", 1)})
     admin.execute(f'DROP TABLE "{schema}".remit_chunks')  # the version-1 layout
     admin.execute(f'DROP TABLE "{schema}".remit_lifecycle')  # (version 4)
+    admin.execute(f'DROP INDEX "{schema}".remit_claims_lapsing')  # (version 5)
     admin.execute(f"UPDATE \"{schema}\".remit_meta SET value = '1' WHERE key = 'version'")
     big = bytes(range(256)) * 1000
     with open_store(pg_url) as s:

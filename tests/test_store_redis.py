@@ -220,6 +220,26 @@ def test_newer_layout_is_refused_and_kept(url: str, raw: redis.Redis) -> None:
         assert got is not None and got.values == {"x": 1}
 
 
+def test_an_upgrade_indexes_the_claims_held_before_it(url: str, raw: redis.Redis) -> None:
+    """A store of the layout before the index of held claims (P:clh): opening it
+    writable indexes the claims it holds, so a recovery lists the ones that lapsed;
+    consumed and released claims are not indexed."""
+    p = prefix_of(url)
+    with open_store(url) as s:
+        for run in ("held", "consumed", "released"):
+            s.start_run(run, framework="fw", name="g", owner="w")
+            assert s.end_run(run, owner="w", fence=1, status="parked")
+            s.claim_once(f"{run}:k", run_id=run, owner="o", digest="d", lease=0.0)
+        s.consume_claim("consumed:k", owner="o", fence=1)
+        assert s.release_claim("released:k", owner="o", fence=1)
+    raw.delete(f"{p}:clh")  # as a store of the layout before had it: no such index
+    raw.hset(f"{p}:meta", "version", len(MIGRATIONS) - 1)
+    with open_store(url) as s:
+        assert raw.hget(f"{p}:meta", "version") == str(len(MIGRATIONS)).encode()
+        assert raw.zrange(f"{p}:clh", 0, -1) == [b"held:k"]
+        assert [c.key for c in s.list_lapsed_claims(framework="fw")] == ["held:k"]
+
+
 @pytest.mark.parametrize("case", ["seq-without-meta", "meta-is-a-list", "meta-of-another-schema",
                                   "runs-is-a-list", "known-is-a-string"])
 def test_foreign_keys_are_refused_and_untouched(case: str, url: str, raw: redis.Redis) -> None:

@@ -314,6 +314,36 @@ def test_a_resume_killed_between_its_claim_and_its_lifecycle_is_finished(
     assert recover(w.recovery_flow(store_url)).total == 0
 
 
+def test_resumes_dying_before_their_lifecycle_are_bounded_by_max_attempts(
+        store_url: str, tmp_path: Path, persistence: RemitFlowPersistence) -> None:
+    """A resume that claims the parked feedback and is SIGKILLed before it records its
+    execution counts as an attempt (the claim's fence): with ``max_attempts=1`` the one
+    that died has used the flow's attempts, so recovery reports the flow exhausted, leaves
+    it parked with the dead resume's claim, taking nothing over; a recovery allowed more
+    attempts finishes it with the claimed value, once."""
+    ledger = tmp_path / "ledger"
+    store = persistence.store
+    park_reviews(store_url, ledger, ["spent"])
+    dying, _ = _claimed_then_killed(store_url, ["spent"], "yes", w.LEASE)
+    _kill(dying)
+    wait_claims_lapse(store, ["spent"])
+    flow = w.recovery_flow(store_url)
+    report = recover(flow, max_attempts=1)
+    assert (report.recovered, report.skipped, report.failed) == ([], [], {}), report
+    assert report.exhausted == ["spent"], report
+    run = store.get_run("spent")
+    assert run is not None and (run.status, run.attempts) == ("parked", 1), run
+    [claim] = store.list_claims("spent")
+    assert (claim.status, claim.fence, claim.value) == ("claimed", 1, "yes"), claim
+    assert counts(ledger)["enter after spent"] == 0
+    report = recover(flow, max_attempts=2)
+    assert report.recovered == ["spent"] and not (report.failed or report.exhausted), report
+    assert counts(ledger)["enter after spent"] == 1
+    assert persistence.epoch("spent").result == "reviewed yes"
+    [claim] = store.list_claims("spent")
+    assert (claim.status, claim.fence) == ("consumed", 2), claim
+
+
 @pytest.mark.slow
 def test_recoverers_racing_over_dead_resumes_finish_each_once(store_url: str,
                                                                tmp_path: Path) -> None:

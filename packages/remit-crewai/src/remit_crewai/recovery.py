@@ -22,12 +22,15 @@ claimed.
 
 A resume that claimed parked feedback and died before its execution was recorded
 leaves the run ``parked`` (the claim comes first, so that of k racing deliveries one
-wins; the lifecycle is taken once it has). So a pass also looks at the parked runs of
-the class: one whose feedback claim is held under a lease that ran out is abandoned
-too, and is finished with the claimed value (:func:`remit_crewai._durable.afinish_claimed`:
-the take-over of the claim is atomic, so of k recoverers one finishes it; a claim a
-live resume renews is never taken). That costs a pass one read of the claims of each
-parked flow of the class.
+wins; the lifecycle is taken once it has). So a pass also looks for the feedback claims
+of the class's parked flows that are held under a lease that ran out
+(:meth:`remit_core.Store.list_lapsed_claims`, an indexed read of the lapsed claims, not
+of every parked flow): each such flow is abandoned too, and is finished with the claimed
+value (:func:`remit_crewai._durable.afinish_claimed`: the take-over of the claim is
+atomic, so of k recoverers one finishes it; a claim a live resume renews is never
+taken). The claim's fence counts the resumes that held it; once ``max_attempts`` of
+them died before recording an execution, the flow is reported exhausted and left parked
+with its claim, for a person (``remit inspect``).
 
 Plain flows (``@persist(RemitFlowPersistence...)`` without ``@durable``) keep no
 lifecycle: continuing one would run its completed methods again, so there is nothing a
@@ -39,7 +42,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -94,26 +96,37 @@ log = logging.getLogger("remit.recovery")
 PAGE = 100
 
 
-def _dead_resumes(store: Store, name: str) -> list[str]:
-    """The parked flows named ``name`` that hold a feedback claim whose lease ran out: a
-    resume claimed it and died before its execution was recorded. A hint, read with this
-    host's clock: the take-over itself is decided by the store (:func:`afinish_claimed`).
-    In a random order, so that recoverers listing the same flows do not all race for the
-    first one."""
-    found: list[str] = []
-    cursor: str | None = None
+def _dead_resumes(store: Store, name: str) -> dict[str, int]:
+    """The parked flows named ``name`` that hold a feedback claim whose lease ran out (a
+    resume claimed it and died before its execution was recorded), each with the most
+    resumes that held one of its claims (the claim's fence). A hint: the take-over
+    itself is decided by the store (:func:`afinish_claimed`). In a random order, so that
+    recoverers listing the same flows do not all race for the first one."""
+    found: dict[str, int] = {}
+    after = None
     while True:
-        page = store.list_runs(status="parked", framework=FRAMEWORK, name=name, limit=PAGE,
-                               cursor=cursor)
-        now = time.time()
-        for info in page:
-            if any(c.status == "claimed" and c.lease_until <= now
-                   for c in store.list_claims(info.run_id)):
-                found.append(info.run_id)
-        last = page[-1].lifecycle if page else None
-        if len(page) < PAGE or last is None:
-            return random.sample(found, len(found))
-        cursor = last.cursor
+        page = store.list_lapsed_claims(framework=FRAMEWORK, name=name, limit=PAGE,
+                                        after=after)
+        for claim in page:
+            found[claim.run_id] = max(found.get(claim.run_id, 0), claim.fence)
+        if len(page) < PAGE:
+            return dict(random.sample(list(found.items()), len(found)))
+        after = page[-1]
+
+
+def _spent(run_id: str, fence: int, max_attempts: int, report: RecoveryReport) -> bool:
+    """``max_attempts`` resumes of the flow's feedback held its claim and recorded no
+    execution (they died first): report the flow exhausted and leave it parked with the
+    claim (the claim's fence records them), rather than take it over again."""
+    if not max_attempts or fence < max_attempts:
+        return False
+    report.exhausted.append(run_id)
+    log.warning("remit: run %s (crewai) not recovered: %d resumes of its parked feedback "
+                "claimed it and died before recording an execution (max_attempts=%d); it "
+                "is left parked with its claim: see why those processes died, then resume "
+                "it by hand or recover it with a larger max_attempts", run_id, fence,
+                max_attempts)
+    return True
 
 
 def _left(limit: int | None, report: RecoveryReport) -> int | None:
@@ -138,12 +151,14 @@ def _settled(run_id: str, taken: bool, exc: Exception | None, report: RecoveryRe
 
 
 def _finish_dead_resumes(flow_class: Any, backend: RemitFlowPersistence, name: str,
-                         limit: int | None, stop: threading.Event | None,
+                         limit: int | None, max_attempts: int, stop: threading.Event | None,
                          report: RecoveryReport) -> None:
     left = _left(limit, report)
-    for run_id in _dead_resumes(backend.store, name):
+    for run_id, fence in _dead_resumes(backend.store, name).items():
         if (stop is not None and stop.is_set()) or (left is not None and left < 1):
             return
+        if _spent(run_id, fence, max_attempts, report):
+            continue
         taken, error = False, None
         try:
             taken = finish_claimed(flow_class, run_id, backend)
@@ -154,12 +169,14 @@ def _finish_dead_resumes(flow_class: Any, backend: RemitFlowPersistence, name: s
 
 
 async def _afinish_dead_resumes(flow_class: Any, backend: RemitFlowPersistence, name: str,
-                                limit: int | None, stop: threading.Event | None,
-                                report: RecoveryReport) -> None:
+                                limit: int | None, max_attempts: int,
+                                stop: threading.Event | None, report: RecoveryReport) -> None:
     left = _left(limit, report)
-    for run_id in await aio.run(_dead_resumes, backend.store, name):
+    for run_id, fence in (await aio.run(_dead_resumes, backend.store, name)).items():
         if (stop is not None and stop.is_set()) or (left is not None and left < 1):
             return
+        if _spent(run_id, fence, max_attempts, report):
+            continue
         taken, error = False, None
         try:
             taken = await afinish_claimed(flow_class, run_id, backend)
@@ -213,15 +230,16 @@ def recover(flow_class: Any, *, name: str | None = None,
     its execution are finished with the claimed value, one at a time, after the
     abandoned ones (see the module; ``limit`` counts them too). Their resume is an
     ordinary one, not a recovery execution: it is recorded under a resume's own owner
-    and the store's lease, and it is the run's first execution since it parked, so
-    ``max_attempts`` does not stop it."""
+    and the store's lease. ``max_attempts`` bounds the resumes that claimed the
+    feedback and died before recording an execution (the claim's fence counts them):
+    past it the flow is reported exhausted and left parked."""
     backend, make = _flows(flow_class, persistence)
     store = backend.store
     name = name or class_name(flow_class)
     report = recover_runs(store, _kickoff(store, make), framework=FRAMEWORK, name=name,
                           limit=limit, concurrency=concurrency, owner=owner, lease=lease,
                           retry_failed=retry_failed, max_attempts=max_attempts, stop=stop)
-    _finish_dead_resumes(flow_class, backend, name, limit, stop, report)
+    _finish_dead_resumes(flow_class, backend, name, limit, max_attempts, stop, report)
     return report
 
 
@@ -257,7 +275,8 @@ async def arecover(flow_class: Any, *, name: str | None = None,
                                  concurrency=concurrency, owner=owner, lease=lease,
                                  retry_failed=retry_failed, max_attempts=max_attempts,
                                  stop=stop)
-    await _afinish_dead_resumes(flow_class, backend, name, limit, stop, report)
+    await _afinish_dead_resumes(flow_class, backend, name, limit, max_attempts, stop,
+                                report)
     return report
 
 
@@ -285,7 +304,8 @@ class FlowTarget:
                               name=self.name, limit=limit, concurrency=concurrency,
                               owner=owner, retry_failed=retry_failed,
                               max_attempts=max_attempts, stop=stop)
-        _finish_dead_resumes(self.flow_class, self.backend, self.name, limit, stop, report)
+        _finish_dead_resumes(self.flow_class, self.backend, self.name, limit, max_attempts,
+                             stop, report)
         return report
 
     def close(self) -> None:

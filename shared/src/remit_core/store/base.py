@@ -970,6 +970,21 @@ class Store(ABC):
     def list_claims(self, run_id: str | None = None) -> list[Claim]:
         return [self._claim_record(r) for r in self._call(self._list_claims, run_id)]
 
+    def list_lapsed_claims(self, *, framework: str, name: str | None = None,
+                           limit: int = 100, after: Claim | None = None) -> list[Claim]:
+        """Claims still held (``claimed``) whose holder's lease ran out by the backend's
+        clock, of runs whose lifecycle is ``parked`` under ``framework`` (and ``name``):
+        each is a delivery that claimed a parked run's value and died before its execution
+        was recorded (a recoverer takes it over with :meth:`claim_once`). Oldest lapse
+        first (then key, bytewise), at most ``limit``; ``after`` continues a listing after
+        the last claim of the previous page. An indexed read of the held claims whose
+        lease ran out, never of every parked run."""
+        if limit < 1:
+            raise ValueError(f"limit must be 1 or more, not {limit}")
+        rows = self._call(self._list_lapsed_claims, str(framework), name, int(limit),
+                          None if after is None else (after.lease_until, after.key))
+        return [self._claim_record(r) for r in rows]
+
     def claim_conflict(self, claim: Claim, outcome: ClaimOutcome = "consumed") -> ConsumeConflict:
         """The :class:`ConsumeConflict` that :meth:`claim_once` raises for ``claim`` (read
         with :meth:`get_claim`) and ``outcome``: for an adapter that finds a slot consumed
@@ -1103,6 +1118,9 @@ class Store(ABC):
 
     async def alist_claims(self, *args: Any, **kwargs: Any) -> list[Claim]:
         return await aio.run(self.list_claims, *args, **kwargs)
+
+    async def alist_lapsed_claims(self, *args: Any, **kwargs: Any) -> list[Claim]:
+        return await aio.run(self.list_lapsed_claims, *args, **kwargs)
 
     async def astart_run(self, *args: Any, **kwargs: Any) -> RunStart:
         return await aio.run(self.start_run, *args, **kwargs)
@@ -1377,6 +1395,11 @@ class Store(ABC):
 
     @abstractmethod
     def _list_claims(self, run_id: str | None) -> list[ClaimRow]: ...
+
+    @abstractmethod
+    def _list_lapsed_claims(self, framework: str, name: str | None, limit: int,
+                            after: tuple[float, str] | None) -> list[ClaimRow]:
+        """:meth:`list_lapsed_claims`: ``after`` is (lease_until, key) of the last one."""
 
     @abstractmethod
     def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,

@@ -82,6 +82,7 @@ MIGRATIONS: list[str] = [
     END $$;
     """,
     sql.LIFECYCLE.format(**SCHEMA_TYPES),
+    sql.LAPSING,
 ]
 
 #: take a run's advisory lock (see PostgresStore._lock_runs); parameter ``lock``
@@ -284,6 +285,7 @@ def _found(r: Sequence[Any]) -> sql.Found:
 class PostgresDialect(sql.Dialect):
     style = "%({})s"
     now = NOW  # the server's clock: hosts with skewed clocks agree on leases
+    statement_now = "extract(epoch from statement_timestamp())::float8"
     collate = ' COLLATE "C"'
     casts = True
     json_each = "jsonb_each_text"

@@ -65,6 +65,9 @@ key                                       type    content
 ``P:rcs:e(run)``                          set     receipt keys of the run
 ``P:cl:e(key)``                           hash    a claim (fields of ClaimRow)
 ``P:cls:e(run)``                          set     claim keys of the run
+``P:clh``                                 zset    key of every held claim (status
+                                                  ``claimed``), scored by lease_until
+                                                  (list_lapsed_claims)
 ``P:lc:e(run)``                           hash    a run's lifecycle (fields of RunRow; key is
                                                   the run id)
 ``P:lci``                                 zset    run_id of every lifecycle, scored by its
@@ -158,6 +161,15 @@ MIGRATIONS: list[str] = [
     # 3: run lifecycles (P:lc, P:lci..., P:lcl), created lazily: a store that had none
     #    has nothing to index.
     "",
+    # 4: P:clh, the held claims by lease expiry, from the claims the store holds now
+    r"""
+for _, r in ipairs(redis.call('SMEMBERS', P .. ':known')) do
+  for _, key in ipairs(redis.call('SMEMBERS', K('cls', r))) do
+    local f = redis.call('HMGET', K('cl', key), 'status', 'lease_until')
+    if f[1] == 'claimed' then redis.call('ZADD', P .. ':clh', f[2], key) end
+  end
+end
+""",
 ]
 
 DEFAULT_PREFIX = "remit"
@@ -602,7 +614,10 @@ for _, key in ipairs(redis.call('SMEMBERS', K('rcs', r))) do
   if redis.call('HGET', K('rc', key), 'run_id') == r then redis.call('DEL', K('rc', key)) end
 end
 for _, key in ipairs(redis.call('SMEMBERS', K('cls', r))) do
-  if redis.call('HGET', K('cl', key), 'run_id') == r then redis.call('DEL', K('cl', key)) end
+  if redis.call('HGET', K('cl', key), 'run_id') == r then
+    redis.call('DEL', K('cl', key))
+    redis.call('ZREM', P .. ':clh', key)
+  end
 end
 lc_reindex(r, hmap(redis.call('HGETALL', K('lc', r))), nil, P .. ':lcl')
 redis.call('DEL', K('run', r), K('rck', r), K('nss', r), K('wrs', r), K('blobs', r), K('rcs', r),
@@ -783,12 +798,14 @@ redis.call('SREM', K('rcs', f[4]), ARGV[4])
 return 1
 """
 
-# decisions.RENEW_RECEIPT and RENEW_CLAIM. KEYS: 1 rc or cl. ARGV: 1 P, 2 owner, 3 fence,
-# 4 lease, 5 live status
+# decisions.RENEW_RECEIPT and RENEW_CLAIM. KEYS: 1 rc or cl[, 2 clh for a claim]. ARGV: 1 P,
+# 2 owner, 3 fence, 4 lease, 5 live status, 6 the claim's key (a claim)
 _RENEW = """
 local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status')
 if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) or f[3] ~= ARGV[5] then return 0 end
-redis.call('HSET', KEYS[1], 'lease_until', fmt(clock() + tonumber(ARGV[4])))
+local until_ = fmt(clock() + tonumber(ARGV[4]))
+redis.call('HSET', KEYS[1], 'lease_until', until_)
+if KEYS[2] then redis.call('ZADD', KEYS[2], until_, ARGV[6]) end
 return 1
 """
 
@@ -817,12 +834,13 @@ local r = redis.call('HGET', KEYS[1], 'run_id')
 if not r then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', K(ARGV[3], r), ARGV[2])
+if ARGV[3] == 'cls' then redis.call('ZREM', P .. ':clh', ARGV[2]) end
 return 1
 """
 
 # decisions.claim
-# KEYS: 1 cl, 2 cls, 3 known. ARGV: 1 P, 2 key, 3 run, 4 owner, 5 lease, 6 has_digest, 7 digest,
-#       8 has_value, 9 value
+# KEYS: 1 cl, 2 cls, 3 known, 4 clh. ARGV: 1 P, 2 key, 3 run, 4 owner, 5 lease, 6 has_digest,
+#       7 digest, 8 has_value, 9 value
 _CLAIM = """
 local now = clock()
 local owner = ARGV[4]
@@ -839,6 +857,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   set_payload()
   redis.call('SADD', KEYS[2], ARGV[2])
   redis.call('SADD', KEYS[3], ARGV[3])
+  redis.call('ZADD', KEYS[4], until_, ARGV[2])
   return {'won', redis.call('HGETALL', KEYS[1])}
 end
 local f = redis.call('HMGET', KEYS[1], 'status', 'owner', 'lease_until', 'digest')
@@ -848,6 +867,7 @@ if f[1] == 'released' then
              'claimed_at', fmt(now))
   redis.call('HINCRBY', KEYS[1], 'fence', 1)
   set_payload()
+  redis.call('ZADD', KEYS[4], until_, ARGV[2])
   return {'won', redis.call('HGETALL', KEYS[1])}
 end
 -- a retried call of the same owner: it holds the claim already
@@ -859,10 +879,12 @@ end
 -- LV: the holder died; take over with the recorded digest and value
 redis.call('HSET', KEYS[1], 'owner', owner, 'lease_until', until_)
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('ZADD', KEYS[4], until_, ARGV[2])
 return {'taken_over', redis.call('HGETALL', KEYS[1]), f[2] or false}
 """
 
-# decisions.consume_claim. KEYS: 1 cl. ARGV: 1 P, 2 owner, 3 fence, 4 has_digest, 5 digest
+# decisions.consume_claim. KEYS: 1 cl, 2 clh. ARGV: 1 P, 2 owner, 3 fence, 4 has_digest,
+# 5 digest, 6 key
 _CONSUME_CLAIM = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, false} end
 local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status')
@@ -872,16 +894,58 @@ end
 if f[3] == 'claimed' then
   redis.call('HSET', KEYS[1], 'status', 'consumed', 'consumed_at', fmt(clock()))
   if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'digest', ARGV[5]) end
+  redis.call('ZREM', KEYS[2], ARGV[6])
 end
 return {1, redis.call('HGETALL', KEYS[1])}
 """
 
-# decisions.RELEASE_CLAIM. KEYS: 1 cl. ARGV: 1 P, 2 owner, 3 fence
+# decisions.RELEASE_CLAIM. KEYS: 1 cl, 2 clh. ARGV: 1 P, 2 owner, 3 fence, 4 key
 _RELEASE_CLAIM = """
 local f = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'status')
 if f[1] ~= ARGV[2] or tonumber(f[2]) ~= tonumber(ARGV[3]) or f[3] ~= 'claimed' then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'released')
+redis.call('ZREM', KEYS[2], ARGV[4])
 return 1
+"""
+
+# Store.list_lapsed_claims: P:clh's part up to now (lease_until <= now), oldest first (ties
+# by key, bytewise, as the zset orders them), in batches; the claims of runs parked under
+# framework (and name). KEYS: 1 clh. ARGV: 1 P, 2 framework, 3 has_name, 4 name, 5 limit,
+# 6 has_after, 7 after's lease_until, 8 after's key
+_LIST_LAPSED_CLAIMS = """
+local now = stamp()
+local limit = tonumber(ARGV[5])
+local name = ARGV[3] == '1' and ARGV[4]
+local after = ARGV[6] == '1' and tonumber(ARGV[7])
+local function before(a, b)  -- a < b, bytewise
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+local out, skip = {}, 0
+while #out < limit do
+  local batch = redis.call('ZRANGE', KEYS[1], after and ARGV[7] or '-inf', fmt(now), 'BYSCORE',
+                           'LIMIT', skip, 256, 'WITHSCORES')
+  for i = 1, #batch, 2 do
+    local key = batch[i]
+    if not (after and tonumber(batch[i + 1]) == after and not before(ARGV[8], key)) then
+      local h = redis.call('HGETALL', K('cl', key))
+      local c = hmap(h)
+      if c.status == 'claimed' then
+        local f = redis.call('HMGET', K('lc', c.run_id), 'status', 'framework', 'name')
+        if f[1] == 'parked' and f[2] == ARGV[2] and (not name or f[3] == name) then
+          out[#out + 1] = h
+          if #out >= limit then break end
+        end
+      end
+    end
+  end
+  if #batch < 512 then break end
+  skip = skip + 256
+end
+return out
 """
 
 # decisions.start_run, as a function of the scripts that start or take runs: decide for
@@ -1306,6 +1370,7 @@ class _Keys:
         self.cks = f"{prefix}:cks"
         self.known = f"{prefix}:known"
         self.lcl = f"{prefix}:lcl"
+        self.clh = f"{prefix}:clh"
 
     def _k(self, tag: str, *parts: str) -> str:
         return ":".join([self.p, tag, *(_esc(p) for p in parts)])
@@ -1419,6 +1484,7 @@ class RedisStore(Store):
         self._s_claim = r(_script_source(_CLAIM, writes=True))
         self._s_consume = r(_script_source(_CONSUME_CLAIM, writes=True))
         self._s_release_cl = r(_script_source(_RELEASE_CLAIM, writes=True))
+        self._s_list_lapsed = r(_script_source(_LIST_LAPSED_CLAIMS, writes=False))
         self._s_start_run = r(_script_source(_START_RUN, writes=True))
         self._s_take_runs = r(_script_source(_TAKE_RUNS, writes=True))
         self._s_end_run = r(_script_source(_END_RUN, writes=True))
@@ -1741,7 +1807,7 @@ class RedisStore(Store):
                value: bytes | None) -> tuple[ClaimOutcome, ClaimRow]:
         k = self._k
         outcome, h, *previous = self._s_claim(
-            keys=[k.cl(key), k.cls(run_id), k.known],
+            keys=[k.cl(key), k.cls(run_id), k.known, k.clh],
             args=[self.prefix, key, run_id, owner, repr(float(lease)), _flag(digest),
                   digest or "", _flag(value), value or b""])
         row = _cl_row(_hash(h))
@@ -1751,18 +1817,19 @@ class RedisStore(Store):
 
     def _consume_claim(self, key: str, owner: str, fence: int, digest: str | None
                        ) -> tuple[bool, ClaimRow | None]:
-        ok, h = self._s_consume(keys=[self._k.cl(key)],
-                                args=[self.prefix, owner, int(fence), _flag(digest), digest or ""])
+        ok, h = self._s_consume(keys=[self._k.cl(key), self._k.clh],
+                                args=[self.prefix, owner, int(fence), _flag(digest), digest or "",
+                                      key])
         return bool(ok), None if h is None else _cl_row(_hash(h))
 
     def _release_claim(self, key: str, owner: str, fence: int) -> bool:
-        return bool(self._s_release_cl(keys=[self._k.cl(key)],
-                                       args=[self.prefix, owner, int(fence)]))
+        return bool(self._s_release_cl(keys=[self._k.cl(key), self._k.clh],
+                                       args=[self.prefix, owner, int(fence), key]))
 
     def _renew_claim(self, key: str, owner: str, fence: int, lease: float) -> bool:
-        return bool(self._s_renew(keys=[self._k.cl(key)],
+        return bool(self._s_renew(keys=[self._k.cl(key), self._k.clh],
                                   args=[self.prefix, owner, int(fence), repr(float(lease)),
-                                        "claimed"]))
+                                        "claimed", key]))
 
     def _get_claim(self, key: str) -> ClaimRow | None:
         h = _hash(cast(dict[bytes, bytes], self._redis.hgetall(self._k.cl(key))))
@@ -1774,6 +1841,13 @@ class RedisStore(Store):
         rows = [_cl_row(_hash(h)) for h in res]
         rows.sort(key=lambda r: (r.claimed_at, r.key))
         return rows
+
+    def _list_lapsed_claims(self, framework: str, name: str | None, limit: int,
+                            after: tuple[float, str] | None) -> list[ClaimRow]:
+        res = self._s_list_lapsed(keys=[self._k.clh], args=[
+            self.prefix, framework, _flag(name), name or "", int(limit), _flag(after),
+            repr(after[0]) if after else "", after[1] if after else ""])
+        return [_cl_row(_hash(h)) for h in res]
 
     # ----------------------------------------------------------------------- run lifecycle
 

@@ -166,6 +166,14 @@ LIFECYCLE = """
     CREATE INDEX remit_lifecycle_name ON remit_lifecycle (name, status, updated_at);
     """
 
+#: The fourth migration: the claims still held, by lease expiry, so that a recovery finds
+#: the deliveries that died holding one (list_lapsed_claims) without reading every claim.
+#: Append-only too.
+LAPSING = """
+    CREATE INDEX remit_claims_lapsing ON remit_claims (lease_until, key)
+        WHERE status = 'claimed';
+    """
+
 #: the columns of a checkpoint row as CheckpointRow takes them
 CHECKPOINT_COLUMNS = ("run_id", "ns", "checkpoint_id", "parent_id", "kind", "execution_id",
                       "data", "metadata", "versions", "created_at", "seq")
@@ -236,6 +244,9 @@ class Dialect:
     style: str
     #: the SQL of the backend clock (epoch seconds)
     now: str
+    #: the same clock, read once per statement (PostgreSQL: an index can range over it,
+    #: which it cannot over a volatile one); a read that lists by expiry uses it
+    statement_now: str = ""
     #: after a key in ORDER BY: byte order whatever the database's collation
     collate: str = ""
     #: parameters carry their type (``%(name)s::text``)
@@ -668,6 +679,33 @@ class SqlStore(Store):
 
     def _list_claims(self, run_id: str | None) -> list[ClaimRow]:
         return self._list(self._claims, run_id)
+
+    def _list_lapsed_claims(self, framework: str, name: str | None, limit: int,
+                            after: tuple[float, str] | None) -> list[ClaimRow]:
+        if not self._keeps_lifecycles:
+            return []
+        d = self._d
+        p = d.p
+        cols = ", ".join(f"c.{c}" for c, _ in CLAIM_COLUMNS)
+        args: dict[str, Any] = {**self._clock(), "framework": framework, "limit": limit}
+        where = ["c.status = 'claimed'", f"c.lease_until <= {d.statement_now or d.now}",
+                 "l.key = c.run_id",
+                 "l.status = 'parked'", f"l.framework = {p('framework', 'text')}"]
+        if name is not None:
+            where.append(f"l.name = {p('name', 'text')}")
+            args["name"] = name
+        if after is not None:
+            where.append(f"(c.lease_until > {p('after_lease', 'float8')} OR "
+                         f"(c.lease_until = {p('after_lease', 'float8')} AND "
+                         f"c.key{d.collate} > {p('after_key', 'text')}))")
+            args["after_lease"], args["after_key"] = after
+        # CROSS JOIN: SQLite reads the lapsed claims first (by their index), then each
+        # one's lifecycle by key, never the parked runs first (PostgreSQL plans freely)
+        sql = (f"SELECT {cols} FROM {self._t.cl} AS c CROSS JOIN {self._t.lc} AS l "
+               f"WHERE {' AND '.join(where)} "
+               f"ORDER BY c.lease_until, c.key{d.collate} LIMIT {p('limit')}")
+        with self._reading() as conn:
+            return [claim_row(r) for r in conn.execute(sql, args).fetchall()]
 
     # ---------------------------------------------------------------------------- lifecycle
 

@@ -42,6 +42,7 @@ MIGRATIONS: list[str] = [
     sql.SCHEMA.format(**SCHEMA_TYPES),
     sql.CHUNKS.format(**SCHEMA_TYPES),
     sql.LIFECYCLE.format(**SCHEMA_TYPES),
+    sql.LAPSING,
 ]
 
 _BATCH = 500  # digests per IN (...) list
