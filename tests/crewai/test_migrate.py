@@ -102,6 +102,44 @@ def test_a_parked_flow_resumes_under_remit_once(store_url: str, tmp_path: Path) 
     assert w.count(w.lines(ledger), "effect ship") == 1
 
 
+def test_a_parked_flow_is_kept_parked_in_the_run_lifecycle_with_a_name(
+        store_url: str, tmp_path: Path) -> None:
+    """With ``name=``, the flow parked on feedback is kept ``parked``, waiting for what the
+    live path records for the same flow parked under remit; the finished one, which the
+    stock layer cannot tell from a dead one, gets no lifecycle. Importing again leaves
+    the record; the resume under remit then keeps the lifecycle as every resume does.
+    Without a name nothing is kept, and the report says how to keep it."""
+    ledger = str(tmp_path / "ledger.txt")
+    db = stock_file(tmp_path, ledger)
+    with open_store(store_url) as store:
+        plain = migrate(db, store, run_id="parked-1")
+        assert store.get_run("parked-1") is None
+        assert any("no run lifecycle was kept" in n and "--name" in n for n in plain.notes)
+        report = migrate(db, store, name="ApprovalFlow")
+        assert any("'parked-1' is kept in the run lifecycle as parked" in n
+                   for n in report.notes), report.notes
+        assert any("1 flow(s) with states only get no run lifecycle" in n
+                   for n in report.notes), report.notes
+        parked, done = store.get_run("parked-1"), store.get_run("done-1")
+        assert done is None
+        # the record of the same flow parked under remit
+        assert w.park(store_url, "live-1", ledger) == "live-1"
+        live = store.get_run("live-1")
+        assert parked is not None and live is not None
+        assert (parked.status, parked.framework, parked.name) == (
+            live.status, live.framework, live.name) == ("parked", "crewai", "ApprovalFlow")
+        assert parked.waiting == {"feedback": {**live.waiting["feedback"],
+                                               "flow_id": "parked-1"}}
+        again = migrate(db, store, name="ApprovalFlow")
+        assert any("'parked-1': its run lifecycle was recorded before" in n
+                   for n in again.notes), again.notes
+        assert store.get_run("parked-1") == parked
+        cls = w.flows(store_url)["ApprovalFlow"]
+        assert cls.from_pending("parked-1", remit(store_url)).resume("ok") == "shipped ok"
+        run = store.get_run("parked-1")
+        assert run is not None and (run.status, run.attempts) == ("done", 2), run
+
+
 def test_a_flow_with_states_only_resumes_from_its_latest_state(store_url: str,
                                                                 tmp_path: Path) -> None:
     """kickoff(inputs={"id"}) restores the latest imported state and runs the flow from its

@@ -446,7 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--name", default=None,
                        help="the name the imported run is kept under in the run lifecycle "
                             "(what `recover` and `remit worker` look for; pydantic-graph: "
-                            "default, the id of the run's first node)")
+                            "default, the id of the run's first node; crewai: the @durable "
+                            "class's name, which keeps each flow parked on feedback parked)")
         p.set_defaults(func=_migrate)
     args = parser.parse_args(argv)
     try:

@@ -106,6 +106,11 @@ def feedback_waiting(pending: HumanFeedbackPending) -> dict[str, Any]:
     if not isinstance(context, PendingFeedbackContext):
         raise CrewAISeamError("HumanFeedbackPending.context",
                               f"is a {type(context).__name__}, not a PendingFeedbackContext")
+    return context_waiting(context)
+
+
+def context_waiting(context: PendingFeedbackContext) -> dict[str, Any]:
+    """:func:`feedback_waiting` of a parked flow's context (a stock layer's stored one)."""
     emit = context.emit
     return {"feedback": {
         "flow_id": str(context.flow_id),
@@ -120,4 +125,4 @@ def feedback_waiting(pending: HumanFeedbackPending) -> dict[str, Any]:
 _check_context_type()
 
 __all__ = ["CREWAI_VERSION", "CrewAISeamError", "check_flow_class", "class_name",
-           "feedback_waiting", "flow_name"]
+           "context_waiting", "feedback_waiting", "flow_name"]

@@ -1,6 +1,7 @@
 """``remit migrate crewai``: a stock ``SQLiteFlowPersistence`` file becomes remit flows.
 
     remit migrate crewai --from flow_states.db --to sqlite:///flows.db [--run-id FLOW_ID]
+                         [--name FLOW_NAME]
 
 or, in Python::
 
@@ -40,6 +41,19 @@ it. When the stock layer has resumed a parked flow since (its ``pending_feedback
 is gone), the feedback imported before is marked consumed in remit, so that it cannot
 be delivered a second time there.
 
+The run lifecycle (``name=``, ``--name`` on the command line: the name a ``@durable``
+class's lifecycle has, its ``name`` field or else its class's name, as
+:func:`remit_crewai.recover` looks for). A flow parked on feedback in the stock file is
+kept as ``parked``, waiting for what the live path records for it (the method, its
+message, the outcomes it may emit), with ``Store.import_run``: one atomic write, only
+where the flow has no lifecycle (importing again, or after the flow ran under remit,
+leaves the recorded one). ``remit inspect URL --status parked`` lists it then, and a
+resume under remit that dies after claiming its feedback is finished by ``recover``. A
+flow with states only gets none: the stock layer records neither finished methods nor
+finished flows, so a flow that finished cannot be told from one whose process died, and
+recovering a finished one would run it again (a report note says so). Without ``name``
+no lifecycle is kept.
+
 Refusals (:class:`~remit_core.migrate.MigrationError`, before anything is stored): a
 missing file, a file that is not SQLite or has no ``flow_states`` table, a row that is
 not a JSON object, a ``--run-id`` the file does not hold, and a flow that went on under
@@ -59,8 +73,16 @@ from pathlib import Path
 from typing import Any
 
 from remit_core import ConsumeConflict, Store, derive_id, open_store
-from remit_core.adapter import Checkpoint, MigrationError, MigrationReport, mask_url, new_owner
-from remit_crewai.persistence import PENDING_KIND, RemitFlowPersistence, feedback_key
+from remit_core.adapter import (
+    Checkpoint,
+    MigrationError,
+    MigrationReport,
+    import_lifecycle,
+    mask_url,
+    new_owner,
+)
+from remit_crewai._seam import context_waiting
+from remit_crewai.persistence import FRAMEWORK, PENDING_KIND, RemitFlowPersistence, feedback_key
 
 __all__ = ["MigrationError", "MigrationReport", "SOURCE", "StockFlow", "migrate",
            "read_flows"]
@@ -285,10 +307,14 @@ def _retire(p: RemitFlowPersistence, cp: Checkpoint) -> str | None:
 
 
 def migrate(source: str | os.PathLike[str], target: str | Store, *,
-            run_id: str | None = None) -> MigrationReport:
+            run_id: str | None = None, name: str | None = None) -> MigrationReport:
     """Import the flows of the stock ``SQLiteFlowPersistence`` file ``source`` (or only
     flow ``run_id``) into the remit store ``target`` (a URL, or an open
     :class:`~remit_core.Store`).
+
+    ``name``: the lifecycle name of the flows' ``@durable`` class (its ``name`` field,
+    else the class's name). With it each flow parked on feedback is kept in the run
+    lifecycle as ``parked`` (see the module docstring); without it none is kept.
 
     Running it again stores nothing twice: what is present is counted in ``skipped``.
     Raises :class:`~remit_core.migrate.MigrationError` (and stores nothing) for a
@@ -310,7 +336,39 @@ def migrate(source: str | os.PathLike[str], target: str | Store, *,
         retired = [note for plan in plans for cp in plan.stale
                    if (note := _retire(p, cp)) is not None]
         _explain(report, plans, retired)
+        if name is not None:
+            _keep_lifecycles(store, plans, name, report)
+        elif plans:
+            report.notes.append(
+                "no run lifecycle was kept (no name given): the parked flows have no "
+                "status, so remit inspect --status parked does not list them until they "
+                "next run under remit; to keep one, give the lifecycle name of the flows' "
+                "@durable class: remit migrate crewai ... --name NAME, or "
+                "migrate(source, target, name=...)")
         return report
+
+
+def _keep_lifecycles(store: Store, plans: list[_Plan], name: str,
+                     report: MigrationReport) -> None:
+    """Keep each flow parked on feedback in the stock file as ``parked``; say why the
+    others get no lifecycle."""
+    from crewai.flow.async_feedback.types import PendingFeedbackContext
+
+    states_only = 0
+    for plan in plans:
+        pending = plan.flow.pending
+        if pending is None or pending.context is None:
+            states_only += 1
+            continue
+        waiting = context_waiting(PendingFeedbackContext.from_dict(pending.context))
+        report.notes.append(import_lifecycle(
+            store, "flow", plan.flow.flow_id, framework=FRAMEWORK, name=name,
+            status="parked", owner=f"migrate:{SOURCE}:{new_owner()}", detail=waiting))
+    if states_only:
+        report.notes.append(
+            f"{states_only} flow(s) with states only get no run lifecycle: the stock layer "
+            "records neither finished methods nor finished flows, so a finished flow cannot "
+            "be told from one whose process died, and recovering it would run it again")
 
 
 def _explain(report: MigrationReport, plans: list[_Plan], retired: list[str]) -> None:
