@@ -1365,20 +1365,29 @@ def run_requests(store: Store) -> Iterator[Case]:
         return change_case("renew", decisions.RENEW_RUN, owner, fence,
                            lambda key: store._renew_run(key, owner, fence, LEASE))
 
-    def imported(status: str) -> Case:
+    def imported(status: str, replacing: str = "") -> Case:
+        """``replacing``: "" (a first import), "same" (replaces the stored record as read)
+        or "stale" (replaces one with another fence: it changed since it was read)."""
         detail = {"parked": b"\x01w3", "failed": b"\x01e3",
                   "needs-attention": b"\x01k3"}.get(status)
+
+        def replaces(cur: RunRow | None) -> tuple[int, float] | None:
+            if not replacing or cur is None:
+                return (1, 0.0) if replacing else None
+            return (cur.fence + (replacing == "stale"), cur.updated_at)
 
         def decide(key: str, cur: Any, now: float) -> Verdict[Any, Any]:
             return decisions.import_run(cur, run_id=key, framework="fw3", name="stock",
                                         status=status,  # type: ignore[arg-type]
-                                        owner="migrate:x", detail=detail, now=now)
+                                        owner="migrate:x", detail=detail, now=now,
+                                        replaces=replaces(cur))
 
         def call(key: str) -> Any:
+            got = store._get_run(key)
             return store._import_run(key, "fw3", "stock", status,  # type: ignore[arg-type]
-                                     "migrate:x", detail)
+                                     "migrate:x", detail, replaces(got and got[0]))
 
-        return "import_run", (status,), decide, call
+        return "import_run", (status, replacing), decide, call
 
     for owner, fence in CALLERS:
         for recovery in RECOVERIES:
@@ -1387,14 +1396,15 @@ def run_requests(store: Store) -> Iterator[Case]:
             yield end(owner, fence, status)
         yield renew(owner, fence)
     for status in ("abandoned", "parked", "done", "failed", "needs-attention"):
-        yield imported(status)
+        for replacing in ("", "same", "stale"):
+            yield imported(status, replacing)
 
 
 def test_runs_decide_as_the_pure_functions(store: Store) -> None:
     """The run lifecycle's decisions, on every backend (the Redis one in Lua), are those
     of remit_core.store.decisions, on every stored record and request."""
     n = check_all(store, list(stored_runs()), list(run_requests(store)), kind="run")
-    assert n == 7 * 65
+    assert n == 7 * 75
 
 
 #: the recoveries of a batch take (it retakes no stored status): attempts unbounded, left

@@ -128,11 +128,12 @@ def left_note(what: str, run_id: str, run: RunState | None) -> str:
 
 def import_lifecycle(store: Store, what: str, run_id: str, *, framework: str, name: str,
                      status: RunEnd | Literal["abandoned"], owner: str,
-                     detail: Any = None) -> str:
+                     detail: Any = None, replaces: RunState | None = None) -> str:
     """Record an imported run's first lifecycle (:meth:`Store.import_run`: ``detail`` is
-    what a parked run waits for or a failed one failed with); the report note saying
-    what was recorded, or that the lifecycle recorded before is left as it is."""
+    what a parked run waits for or a failed one failed with), or bring an earlier
+    import's own record (``replaces``) up to date; the report note saying what was
+    recorded, or that the lifecycle recorded before is left as it is."""
     if store.import_run(run_id, framework=framework, name=name, status=status, owner=owner,
-                        waiting=detail, error=detail):
+                        waiting=detail, error=detail, replaces=replaces):
         return kept_note(what, run_id, status, framework=framework, name=name)
     return left_note(what, run_id, store.get_run(run_id))

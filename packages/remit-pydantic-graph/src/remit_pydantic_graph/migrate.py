@@ -39,8 +39,8 @@ successor (the stock layer's gap: the process stopped after the node and before 
 successor was written), so its result is lost; it is imported as ``running``, and the
 next resume runs it again.
 
-The run lifecycle: the import keeps the run in the store's lifecycle (``Store.start_run``
-/ ``end_run``, framework ``pydantic-graph``) as remit would have kept it had the run been
+The run lifecycle: the import keeps the run in the store's lifecycle (``Store.import_run``,
+framework ``pydantic-graph``) as remit would have kept it had the run been
 executed under remit, so that ``Store.list_runs(status=...)``, ``remit inspect --status``
 and :func:`remit_pydantic_graph.recover` see it before it is next executed:
 
@@ -70,15 +70,14 @@ A lifecycle already recorded is never overwritten: importing the same file again
 it as it is, and so does an import after a remit execution (that execution's record
 stands, and a run whose head moved on under remit is not touched at all). Only the
 import's own record, untouched since, is brought up to date when the file now says
-otherwise (the stock run went on and the file grew, or an import died between recording
-the start and the end). A run imported before the import kept lifecycles gets one when
-it is imported again.
+otherwise (the stock run went on and the file grew). A run imported before the import
+kept lifecycles gets one when it is imported again.
 
-The first record is one atomic operation, ``Store.import_run``, which writes only where
-the run has no lifecycle (a remit execution that recorded one first keeps it). Bringing
-the import's own record up to date takes two, ``start_run`` and ``end_run``: an import
-that dies between them leaves the run ``running`` until the store's lease runs out (then
-abandoned; importing again repairs it, but a recovery that comes first continues it).
+Each record is one atomic operation, ``Store.import_run``: the first one writes only
+where the run has no lifecycle (a remit execution that recorded one first keeps it), and
+bringing the import's own record up to date (``replaces=``) writes only while that
+record is still the stored one (a recovery that took the run over in between, or an
+execution, keeps its record).
 
 Importing again is idempotent: snapshots already present (same id, parent and data)
 are counted as skipped and nothing is stored twice; a file that has grown since is
@@ -108,7 +107,6 @@ from remit_core.adapter import (
     MigrationReport,
     RunState,
     import_lifecycle,
-    kept_note,
     left_note,
     new_owner,
 )
@@ -452,8 +450,8 @@ def _same(run: RunState, status: Kept, detail: Any) -> bool:
 
 async def _settle_lifecycle(p: RemitStatePersistence[Any, Any], last: _Stock,
                             name: str) -> str | None:
-    """Keep the imported run in the store's run lifecycle (``Store.import_run``; an
-    update of the import's own record by ``start_run`` / ``end_run``), as
+    """Keep the imported run in the store's run lifecycle (``Store.import_run``: the first
+    record, or the import's own record brought up to date, ``replaces=``), as
     :func:`_lifecycle_of` says; a note for the report saying what was
     recorded or left as it was, or None (the run went on under remit).
 
@@ -461,8 +459,8 @@ async def _settle_lifecycle(p: RemitStatePersistence[Any, Any], last: _Stock,
     is kept by its executions), and never over a lifecycle already recorded: the same
     file imported again changes nothing, and an execution's record stands. The one
     exception is the import's own record, untouched since (:func:`_imported`), when the
-    file now says otherwise (the stock run went on and the file grew, or an import died
-    between its start and its end): it is brought up to date.
+    file now says otherwise (the stock run went on and the file grew): it is brought up to
+    date, in the same one write, only while it is still the stored record.
     """
     store, run_id = p.store, p.run_id
     head = await p._io(store.get_checkpoint, run_id, with_writes=False)
@@ -472,23 +470,12 @@ async def _settle_lifecycle(p: RemitStatePersistence[Any, Any], last: _Stock,
     current = await p._io(store.get_run, run_id)
     if current is not None and (not _imported(current) or _same(current, status, detail)):
         return left_note("run", run_id, current)
-    owner = f"{OWNER_PREFIX}{new_owner()}"
-    if current is None:  # the first record: one atomic insert, never over another's
-        return await p._io(import_lifecycle, store, "run", run_id, framework=FRAMEWORK,
-                           name=name, status=status, owner=owner, detail=detail)
-    # the import's own record brought up to date. abandoned: started with a lease that
-    # has run out already, so a recovery takes it at once; the others: ended by the same
-    # owner right after (the store's own lease between)
-    start = await p._io(store.start_run, run_id, framework=FRAMEWORK, name=name, owner=owner,
-                        lease=0.0 if status == "abandoned" else None)
-    if not start.owns or start.run is None:  # an executor holds the run right now
-        return left_note("run", run_id, start.run)
-    if status != "abandoned" and not await p._io(
-            store.end_run, run_id, owner=owner, fence=start.run.fence,
-            status=status, waiting=detail, error=detail):
-        # taken over in between
-        return left_note("run", run_id, await p._io(store.get_run, run_id))
-    return kept_note("run", run_id, status, framework=FRAMEWORK, name=name)
+    # the first record (current None), or the import's own record brought up to date:
+    # one atomic write either way, never over another's (a record that changed since it
+    # was read here is left as it is)
+    return await p._io(import_lifecycle, store, "run", run_id, framework=FRAMEWORK,
+                       name=name, status=status, owner=f"{OWNER_PREFIX}{new_owner()}",
+                       detail=detail, replaces=current)
 
 
 def _explain(p: RemitStatePersistence[Any, Any], history: list[_Stock], report: MigrationReport,

@@ -784,7 +784,8 @@ class Store(ABC):
 
     def import_run(self, run_id: str, *, framework: str, name: str,
                    status: RunEnd | Literal["abandoned"], owner: str,
-                   waiting: Any = None, error: Any = None) -> bool:
+                   waiting: Any = None, error: Any = None,
+                   replaces: RunState | None = None) -> bool:
         """Record the lifecycle of a run imported from a stock layer (``remit migrate``),
         in one atomic operation, only where the run has none: an import never overwrites
         what an adapter or an earlier import recorded. False, and nothing written, when
@@ -793,12 +794,18 @@ class Store(ABC):
         ``status``: ``abandoned`` (the stock process died while it executed the run: it
         is recorded running under ``owner`` with a lease that has run out, so a recovery
         takes it at once), or ``parked`` / ``done`` / ``failed`` / ``needs-attention`` as
-        :meth:`end_run` records them (``waiting``, ``error`` likewise)."""
+        :meth:`end_run` records them (``waiting``, ``error`` likewise).
+
+        ``replaces``: the run's lifecycle as :meth:`get_run` read it, an earlier import's
+        own record to bring up to date: it is replaced, in the same one atomic operation,
+        only while it is still the stored one (nothing took the run over or changed it
+        since); otherwise False and nothing written."""
         if status not in ("abandoned", "parked", "done", "failed", "needs-attention"):
             raise ValueError("an imported run is abandoned, parked, done, failed or "
                              f"needs-attention, not {status!r}")
         data = self._run_detail(run_id, status, waiting, error)
-        return self._call(self._import_run, run_id, framework, name, status, owner, data)
+        return self._call(self._import_run, run_id, framework, name, status, owner, data,
+                          None if replaces is None else (replaces.fence, replaces.updated_at))
 
     def _run_detail(self, run_id: str, status: str, waiting: Any, error: Any) -> bytes | None:
         """What a run ``status`` keeps, encoded: what it waits for (parked,
@@ -1423,7 +1430,7 @@ class Store(ABC):
     @abstractmethod
     def _import_run(self, run_id: str, framework: str, name: str,
                     status: RunEnd | Literal["abandoned"], owner: str,
-                    detail: bytes | None) -> bool:
+                    detail: bytes | None, replaces: tuple[int, float] | None = None) -> bool:
         """:func:`~remit_core.store.decisions.import_run`, in one atomic operation."""
 
     @abstractmethod

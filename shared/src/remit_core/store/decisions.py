@@ -252,7 +252,8 @@ def end_run(cur: RunRow | None, *, owner: str, fence: int, status: RunEnd,
 
 def import_run(cur: RunRow | None, *, run_id: str, framework: str, name: str,
                status: RunEnd | Literal["abandoned"], owner: str, detail: bytes | None,
-               now: float) -> Verdict[bool, RunRow | None]:
+               now: float, replaces: tuple[int, float] | None = None
+               ) -> Verdict[bool, RunRow | None]:
     """The lifecycle of a run imported from a stock layer, recorded only where the run has
     none (an import never overwrites what an adapter or an earlier import recorded).
 
@@ -260,15 +261,23 @@ def import_run(cur: RunRow | None, *, run_id: str, framework: str, name: str,
     process died while it executed the run, so a recovery takes it at once); ``parked``,
     ``done``, ``failed`` or ``needs-attention``: as :func:`end_run` leaves an execution,
     ``detail`` what the run waits for or failed with. One execution counted. True and the
-    record inserted; False, with the stored record, when the run has a lifecycle."""
-    if cur is not None:
-        return Verdict(False, cur)
+    record inserted; False, with the stored record, when the run has a lifecycle.
+
+    ``replaces`` (fence, updated_at): the import brings its own earlier record up to date
+    (the stock run went on since): the stored record is replaced when it is still that
+    one (nothing took it over or changed it since: the same fence and last change), with
+    fence and executions one more; otherwise False, as for any lifecycle."""
     stored: RunStatus = "running" if status == "abandoned" else status
-    return Verdict(True, RunRow(
-        run_id, run_id, framework, name, stored,
-        owner if stored == "running" else None, 1, now,
-        detail if status in ("parked", "needs-attention") else None,
-        detail if status == "failed" else None, 1, now, now), "insert")
+    waiting = detail if status in ("parked", "needs-attention") else None
+    error = detail if status == "failed" else None
+    held = owner if stored == "running" else None
+    if cur is None:
+        return Verdict(True, RunRow(run_id, run_id, framework, name, stored, held, 1, now,
+                                    waiting, error, 1, now, now), "insert")
+    if replaces is None or (cur.fence, cur.updated_at) != replaces:
+        return Verdict(False, cur)
+    return Verdict(True, RunRow(run_id, run_id, framework, name, stored, held, cur.fence + 1,
+                                now, waiting, error, cur.attempts + 1, now, now), "update")
 
 
 # ============================================================================= fenced changes

@@ -1076,22 +1076,32 @@ lc_reindex(ARGV[7], old, hmap(redis.call('HGETALL', KEYS[1])), KEYS[2])
 return 1
 """
 
-# decisions.import_run: only where the run has no lifecycle. KEYS: 1 lc, 2 lcl. ARGV: 1 P,
-# 2 run, 3 framework, 4 name, 5 status (abandoned, parked, done, failed, needs-attention),
-# 6 owner, 7 has_detail, 8 detail
+# decisions.import_run: only where the run has no lifecycle, or over the record it replaces
+# while that is still the stored one. KEYS: 1 lc, 2 lcl. ARGV: 1 P, 2 run, 3 framework,
+# 4 name, 5 status (abandoned, parked, done, failed, needs-attention), 6 owner,
+# 7 has_detail, 8 detail, 9 replaces, 10 its fence, 11 its updated_at
 _IMPORT_RUN = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local old = hmap(redis.call('HGETALL', KEYS[1]))
+local fence, attempts = 1, 1
+if old.key then
+  if ARGV[9] ~= '1' or tonumber(old.fence) ~= tonumber(ARGV[10])
+      or tonumber(old.updated_at) ~= tonumber(ARGV[11]) then
+    return 0
+  end
+  fence, attempts = tonumber(old.fence) + 1, tonumber(old.attempts) + 1
+  redis.call('HDEL', KEYS[1], 'owner', 'waiting', 'error')
+end
 local now, status = fmt(stamp()), ARGV[5]
 local running = status == 'abandoned'
 redis.call('HSET', KEYS[1], 'key', ARGV[2], 'run_id', ARGV[2], 'framework', ARGV[3],
-           'name', ARGV[4], 'status', running and 'running' or status, 'fence', 1,
-           'lease_until', now, 'attempts', 1, 'started_at', now, 'updated_at', now)
+           'name', ARGV[4], 'status', running and 'running' or status, 'fence', int(fence),
+           'lease_until', now, 'attempts', int(attempts), 'started_at', now, 'updated_at', now)
 if running then redis.call('HSET', KEYS[1], 'owner', ARGV[6]) end
 if ARGV[7] == '1' and (status == 'parked' or status == 'needs-attention') then
   redis.call('HSET', KEYS[1], 'waiting', ARGV[8])
 elseif ARGV[7] == '1' and status == 'failed' then redis.call('HSET', KEYS[1], 'error', ARGV[8])
 end
-lc_reindex(ARGV[2], {}, hmap(redis.call('HGETALL', KEYS[1])), KEYS[2])
+lc_reindex(ARGV[2], old, hmap(redis.call('HGETALL', KEYS[1])), KEYS[2])
 return 1
 """
 
@@ -1891,12 +1901,13 @@ class RedisStore(Store):
 
     def _import_run(self, run_id: str, framework: str, name: str,
                     status: RunEnd | Literal["abandoned"], owner: str,
-                    detail: bytes | None) -> bool:
+                    detail: bytes | None, replaces: tuple[int, float] | None = None) -> bool:
         k = self._k
         return bool(self._s_import_run(
             keys=[k.lc(run_id), k.lcl],
             args=[self.prefix, run_id, framework, name, status, owner, _flag(detail),
-                  detail or b""]))
+                  detail or b"", _flag(replaces), replaces[0] if replaces else 0,
+                  repr(replaces[1]) if replaces else ""]))
 
     def _renew_run(self, run_id: str, owner: str, fence: int, lease: float) -> bool:
         k = self._k

@@ -736,10 +736,11 @@ class SqlStore(Store):
 
     def _import_run(self, run_id: str, framework: str, name: str,
                     status: records.RunEnd | Literal["abandoned"], owner: str,
-                    detail: bytes | None) -> bool:
+                    detail: bytes | None, replaces: tuple[int, float] | None = None) -> bool:
         def decide(cur: RunRow | None, now: float) -> Verdict[bool, RunRow | None]:
             return decisions.import_run(cur, run_id=run_id, framework=framework, name=name,
-                                        status=status, owner=owner, detail=detail, now=now)
+                                        status=status, owner=owner, detail=detail, now=now,
+                                        replaces=replaces)
 
         return bool(self._decide(self._lifecycle, run_id, decide).outcome)
 
