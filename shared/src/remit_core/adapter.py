@@ -65,7 +65,7 @@ from remit_core.errors import (
     StoreConfigError,
     UnregisteredType,
 )
-from remit_core.ids import derive_id, value_digest
+from remit_core.ids import derive_id, derive_int, uuid_text, value_digest
 from remit_core.migrate import (
     MigrationError,
     MigrationReport,
@@ -454,9 +454,11 @@ __all__ = [
     "Store",
     "default_serde",
     "derive_id",
+    "derive_int",
     "mask_url",
     "new_owner",
     "open_store",
+    "uuid_text",
     "value_digest",
     # errors
     "ConsumeConflict",

@@ -810,7 +810,45 @@ class Serde:
         """Rewrite ``value`` into plain msgpack data whose encoding is order-independent.
 
         ``check``: count the levels (off inside an ext record's stored data, whose depth
-        the encoder already checked)."""
+        the encoder already checked). The values of exactly the built-in JSON types take
+        a short path here; everything else, subclasses included, goes to
+        :meth:`_canonical_any`, which gives the same result for those too."""
+        t = type(value)
+        if t is str:
+            if value.isascii():
+                return value
+        elif t is int:
+            if _INT_MIN <= value <= _INT_MAX:
+                return value
+        elif t is list:
+            if not (check and level >= MAX_DEPTH):  # (too deep: the long path refuses it)
+                members = []
+                for i, v in enumerate(value):
+                    try:
+                        members.append(self._canonical(v, level + 1, check))
+                    except _Refused as refused:
+                        refused.segments.append(f"[{i}]")
+                        raise
+                return members
+        elif t is dict:
+            if not (check and level >= MAX_DEPTH):
+                inner, items = level + 1, []
+                for k, v in value.items():
+                    try:
+                        items.append((k if type(k) is str and k.isascii()
+                                      else self._canonical(k, inner, check),
+                                      self._canonical(v, inner, check)))
+                    except _Refused as refused:
+                        refused.segments.append(f".{k}")
+                        raise
+                items.sort(key=_packed_key)
+                return ["#map", [list(kv) for kv in items]]
+        elif value is None or t is bool or t is float or t is bytes:
+            return value
+        return self._canonical_any(value, level, check)
+
+    def _canonical_any(self, value: Any, level: int, check: bool) -> Any:
+        """:meth:`_canonical` of any value."""
         if value is None or isinstance(value, bool | bytes | float):
             return value
         if isinstance(value, str):
@@ -844,7 +882,7 @@ class Serde:
                 except _Refused as refused:
                     refused.segments.append(f".{k}")
                     raise
-            items.sort(key=lambda kv: msgpack.packb(kv[0]))
+            items.sort(key=_packed_key)
             return ["#map", [list(kv) for kv in items]]
         members = []
         for i, v in enumerate(value):
@@ -859,6 +897,12 @@ class Serde:
             return ["#tuple", members]
         members.sort(key=msgpack.packb)
         return ["#set", members]
+
+
+def _packed_key(item: tuple[Any, Any]) -> bytes:
+    """A canonical map's order: its keys' encodings."""
+    packed: bytes = msgpack.packb(item[0])
+    return packed
 
 
 def _plain(value: Any) -> Any:

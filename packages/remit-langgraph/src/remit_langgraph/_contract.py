@@ -53,6 +53,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+import re
 import threading
 import uuid
 import weakref
@@ -71,12 +72,13 @@ from remit_core.adapter import (
     EffectScope,
     RunKeeper,
     aio,
-    derive_id,
+    derive_int,
     keep_run,
     new_owner,
     poll,
     register_scope_resolver,
     split_claim_key,
+    uuid_text,
     value_digest,
 )
 from remit_core.adapter import claim_key as _core_claim_key
@@ -556,21 +558,30 @@ def derive_step_id(thread_id: str, ns: str, parent: Checkpoint, step: int, new: 
     """
     updated = new.get("updated_channels")
     names = sorted(new.get("channel_values") or {}) if updated is None else sorted(updated)
-    key = derive_id(f"{thread_id}|{ns}|{parent['id']}", f"step|{step}",
-                    {"updated": names,
-                     "writes": [[task, [[ch, v] for ch, v in w]] for task, w in writes]},
-                    serde=serde)
+    key = derive_int(f"{thread_id}|{ns}|{parent['id']}", f"step|{step}",
+                     {"updated": names,
+                      "writes": [[task, [[ch, v] for ch, v in w]] for task, w in writes]},
+                     serde=serde)
     timestamp = _uuid_time(parent) + 1
-    node = uuid.UUID(key).int & 0xFFFFFFFFFFFF
+    node = key & 0xFFFFFFFFFFFF
     value = ((timestamp >> 12) & 0xFFFFFFFFFFFF) << 80
     value |= (0x6000 | (timestamp & 0x0FFF)) << 64  # version 6
     value |= (0x8000 | (step & 0x3FFF)) << 48  # RFC 4122 variant, clock_seq = step
     value |= node
-    return str(uuid.UUID(int=value))
+    return uuid_text(value)
+
+
+#: a UUID in its canonical text form (what LangGraph's and remit's ids are)
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _uuid_time(checkpoint: Checkpoint) -> int:
     """A checkpoint's time in 100 ns intervals since the UUID epoch."""
+    text = checkpoint["id"]
+    if type(text) is str and _CANONICAL_UUID.fullmatch(text):
+        n = int(text.replace("-", ""), 16)  # uuid.UUID(text).int, without the object
+        if (n >> 76) & 0xF == 6 and (n >> 62) & 0b11 == 0b10:  # version 6, RFC 4122
+            return ((n >> 80) << 12) | ((n >> 64) & 0x0FFF)
     with contextlib.suppress(ValueError, TypeError, AttributeError):
         parsed = uuid.UUID(str(checkpoint["id"]))
         if parsed.version == 6:
