@@ -820,29 +820,9 @@ class Serde:
         elif t is int:
             if _INT_MIN <= value <= _INT_MAX:
                 return value
-        elif t is list:
+        elif t is list or t is dict:
             if not (check and level >= MAX_DEPTH):  # (too deep: the long path refuses it)
-                members = []
-                for i, v in enumerate(value):
-                    try:
-                        members.append(self._canonical(v, level + 1, check))
-                    except _Refused as refused:
-                        refused.segments.append(f"[{i}]")
-                        raise
-                return members
-        elif t is dict:
-            if not (check and level >= MAX_DEPTH):
-                inner, items = level + 1, []
-                for k, v in value.items():
-                    try:
-                        items.append((k if type(k) is str and k.isascii()
-                                      else self._canonical(k, inner, check),
-                                      self._canonical(v, inner, check)))
-                    except _Refused as refused:
-                        refused.segments.append(f".{k}")
-                        raise
-                items.sort(key=_packed_key)
-                return ["#map", [list(kv) for kv in items]]
+                return self._canonical_container(value, level + 1, check)
         elif value is None or t is bool or t is float or t is bytes:
             return value
         return self._canonical_any(value, level, check)
