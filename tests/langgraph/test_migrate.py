@@ -43,6 +43,7 @@ from remit_core.cli import main
 from remit_core.effects import receipt_key
 from remit_core.migrate import MigrationError, RecordsRefused
 from remit_langgraph import ConsumeConflict, RemitSaver, recover
+from remit_langgraph._seam import LangGraphSeamError
 from remit_langgraph.migrate import MARKER_RUN, migrate
 from tests import procs
 from tests.langgraph import lg_recovery_workers as lrw
@@ -832,6 +833,29 @@ def test_a_stock_thread_stopped_at_a_subgraphs_breakpoint_imports_parked(
         done, live_done = graph.invoke(None, cfg("held")), graph.invoke(None, cfg("live"))
         assert done["log"] == live_done["log"] and done["log"][-2:] == ["ask", "z"]
         assert saver.store.get_run("held").status == "done"  # type: ignore[union-attr]
+
+
+def test_a_release_that_reads_no_subgraph_state_is_refused_by_the_import(
+        tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The import tells a subgraph's pause by the subgraph states get_state(subgraphs=True)
+    gives; a langgraph that gave a config there instead would read every paused
+    subgraph as abandoned: LangGraphSeamError names the seam, nothing is guessed."""
+    path = str(tmp_path / "sub.sqlite")
+    with SqliteSaver.from_conn_string(path) as stock:
+        approvals(stock, "before", 1).invoke({"thread": "held"}, cfg("held"))
+    with RemitSaver.from_conn_string(store_url) as saver:
+        graph = approvals(saver, "before", 1)
+        real = type(graph).get_state
+
+        def configs_only(self: Any, config: Any, *, subgraphs: bool = False) -> Any:
+            state = real(self, config, subgraphs=subgraphs)
+            return state._replace(tasks=tuple(
+                t._replace(state={"configurable": {"checkpoint_ns": t.name}})
+                for t in state.tasks))
+
+        monkeypatch.setattr(type(graph), "get_state", configs_only)
+        with pytest.raises(LangGraphSeamError, match=r"get_state\(subgraphs=True\)"):
+            migrate(path, saver.store, graph=graph)
 
 
 class Flaky(TypedDict, total=False):

@@ -62,8 +62,9 @@ gets the lifecycle
 remit would have recorded had it run under remit, framework ``"langgraph"``, name the
 graph's ``name`` (LangGraph's default ``"LangGraph"`` when it has none), exactly what
 :func:`~remit_langgraph.recover` looks for. It is decided from
-``graph.get_state(config)``, read through a RemitSaver on the target store (root
-namespace), as the live path decides it when a root loop exits
+``graph.get_state(config, subgraphs=True)``, read through a RemitSaver on the target
+store (the root namespace, with each next task's subgraph), as the live path decides it
+when a root loop exits
 (``_seam.loop_end`` and remit-core's ``ending``):
 
 * no next tasks: ``done``;
@@ -113,7 +114,7 @@ from remit_core.adapter import (
     new_owner,
 )
 from remit_langgraph._contract import DEFAULT_NAME, FRAMEWORK
-from remit_langgraph._seam import Pregel
+from remit_langgraph._seam import LangGraphSeamError, Pregel
 from remit_langgraph._stock import (
     MARKER_RUN,
     REFUSED_HINT,
@@ -203,10 +204,11 @@ def lifecycle_of(graph: Any, config: Any, *, stock: str = "stock saver"
                  ) -> tuple[str, Any] | None:
     """The lifecycle remit would have recorded for the thread of ``config`` had its last
     execution run under remit (status, with its waiting or error), read from
-    ``graph.get_state(config)`` (root namespace); None when the thread has no root
-    checkpoint. See the module docstring for the rules; ``stock`` names the stock saver
-    in the error of a node that failed under it."""
-    state = graph.get_state(config)
+    ``graph.get_state(config, subgraphs=True)`` (the root namespace, with the state of
+    each next task's subgraph); None when the thread has no root checkpoint. See the
+    module docstring for the rules; ``stock`` names the stock saver in the error of a
+    node that failed under it."""
+    state = graph.get_state(config, subgraphs=True)
     if state.created_at is None and not state.next and not state.values:
         return None  # no checkpoint in the root namespace
     if not state.next:
@@ -224,7 +226,7 @@ def lifecycle_of(graph: Any, config: Any, *, stock: str = "stock saver"
     point = _breakpoint(graph, graph, state)
     if point is not None:
         return ending(None, {"breakpoint": point, "nodes": nodes}, parked=True)
-    if _paused_inside(graph, graph, graph.get_state(config, subgraphs=True)):
+    if _paused_inside(graph, graph, state):
         # a subgraph stopped at a static breakpoint of its own: the root loop ends on its
         # GraphInterrupt, and the live path records it parked so (_seam.loop_end)
         return ending(None, {"interrupts": []}, parked=True)
@@ -255,8 +257,17 @@ def _paused_inside(root: Any, graph: Any, state: StateSnapshot) -> bool:
     subgraphs = dict(graph.get_subgraphs())
     for task in state.tasks:
         inner, sub = task.state, subgraphs.get(task.name)
-        if sub is None or not isinstance(inner, StateSnapshot) or not inner.next:
-            continue  # not a subgraph, or one that has not checkpointed or has finished
+        if sub is None:
+            continue  # not a subgraph
+        if not isinstance(inner, StateSnapshot):
+            # (get_state(subgraphs=True) reads each subgraph task's state: a release that
+            # no longer does would read every paused subgraph as abandoned)
+            raise LangGraphSeamError(
+                "Pregel.get_state(subgraphs=True)",
+                f"gives the subgraph task {task.name!r} a {type(inner).__name__}, not a "
+                "StateSnapshot")
+        if not inner.next:
+            continue  # a subgraph that has finished
         if _breakpoint(root, sub, inner) is not None or _paused_inside(root, sub, inner):
             return True
     return False
