@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import json
 import logging
 import os
 import sqlite3
@@ -30,7 +31,7 @@ from remit_core import (
     open_store,
 )
 from remit_core.errors import LeaseLost
-from remit_core.records import WriteRow
+from remit_core.records import WriteRow, versions_from_json, versions_json
 from remit_core.store import Store, chunks, new_owner
 from remit_core.store import sqlite as sqlite_backend
 
@@ -98,6 +99,30 @@ def test_checkpoint_roundtrip_rich_values(store: Store) -> None:
     assert got.values["state"] == RICH
     assert got.data == {"id": "c1"} and got.metadata == {"step": 0}
     assert got.versions == {"state": "v1"}
+
+
+def test_a_version_map_round_trips_with_any_text(store: Store) -> None:
+    """The version map is kept as JSON text (orjson): non-ASCII names and versions, quotes,
+    backslashes and control characters come back as they were, with every channel's value."""
+    versions = {"état": "v\u00e9\"1\"", "中文": "2", "back\\slash": "3\n", "t\tab": "4"}
+    put(store, "r", "c1", new_values={ch: (v, ch) for ch, v in versions.items()},
+        versions={**versions, "unchanged": "0"})
+    got = store.get_checkpoint("r")
+    assert got is not None
+    assert got.versions == {**versions, "unchanged": "0"}
+    assert got.values == {ch: ch for ch in versions}
+
+
+def test_version_map_text_reads_the_standard_librarys_form_too() -> None:
+    """Maps stored before (``json.dumps``: spaces, ``\\u`` escapes) read back the same, and
+    text orjson refuses (a lone surrogate) is written with the standard library's escapes."""
+    versions = {"état": "1", "中": "2.0.5"}
+    assert versions_from_json(json.dumps(versions)) == versions
+    assert versions_from_json(versions_json(versions)) == versions
+    assert versions_from_json(versions_json(versions).encode()) == versions
+    odd = {"a\ud800": "1"}
+    assert versions_json(odd) == json.dumps(odd)
+    assert versions_from_json(versions_json(odd)) == odd
 
 
 def test_latest_is_highest_seq_and_addressed_reads(store: Store) -> None:

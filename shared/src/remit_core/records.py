@@ -7,8 +7,12 @@ record in any :class:`~remit_core.errors.CorruptRecord`.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import orjson
 
 ReceiptStatus = Literal["started", "completed"]
 ClaimStatus = Literal["claimed", "consumed", "released"]
@@ -27,6 +31,26 @@ ReceiptOutcome = Literal["run", "taken_over", "done", "busy", "in_doubt"]
 ClaimOutcome = Literal["won", "reentered", "taken_over", "held", "consumed", "mismatch"]
 RunStartOutcome = Literal["started", "reentered", "busy", "taken_over", "missing",
                           "not_abandoned", "exhausted"]
+
+
+def versions_json(versions: Mapping[str, str]) -> str:
+    """A checkpoint's version map (text to text, as :meth:`Store.put_checkpoint` stores
+    it) as the JSON text the backends keep: orjson, or the standard library's escapes for
+    text orjson refuses (a lone surrogate). Either is read back by :func:`versions_from_json`
+    and by the databases' JSON functions."""
+    try:
+        return orjson.dumps(versions).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(versions)
+
+
+def versions_from_json(text: str | bytes) -> dict[str, str]:
+    """The version map of :func:`versions_json`'s text (or of the older ``json.dumps``)."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:  # an escaped lone surrogate
+        value = json.loads(text)
+    return value  # type: ignore[no-any-return]
 
 
 # -- rows (backend level) ------------------------------------------------------------------------

@@ -31,12 +31,11 @@ import psycopg
 import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from remit_core import aio
 from remit_core.errors import StoreConfigError, StoreUnavailable
-from remit_core.records import BlobRow, CheckpointRow, WriteRow
+from remit_core.records import BlobRow, CheckpointRow, WriteRow, versions_json
 from remit_core.serde import Serde
 from remit_core.store import sql
 from remit_core.store.base import Layout
@@ -211,7 +210,10 @@ class _LoopPool:
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AConn]:
         try:
-            await asyncio.wait_for(self._slots.acquire(), self._timeout)
+            if self._slots.locked():  # wait_for costs a task and a timer: only to wait
+                await asyncio.wait_for(self._slots.acquire(), self._timeout)
+            else:
+                await self._slots.acquire()
         except TimeoutError:
             raise PoolTimeout(f"couldn't get a connection after {self._timeout:g} sec "
                               f"(pool {self._name!r})") from None
@@ -716,7 +718,7 @@ class PostgresStore(sql.SqlStore):
         params = {
             "run": row.run_id, "ns": row.ns, "cid": row.checkpoint_id, "parent": row.parent_id,
             "kind": row.kind, "execution": row.execution_id, "data": row.data,
-            "metadata": row.metadata, "vmap": Jsonb(row.versions),
+            "metadata": row.metadata, "vmap": versions_json(row.versions),
             "channels": [b.channel for b in blobs], "versions": [b.version for b in blobs],
             "values": [b.value for b in blobs], "lock": self._run_lock(row.run_id),
         }
@@ -756,15 +758,19 @@ class PostgresStore(sql.SqlStore):
 
     def _writes_insert(self, rows: list[WriteRow], overwrite: bool, prefix: str
                        ) -> tuple[str, dict[str, Any]]:
-        """The statement inserting one call's pending writes, and its parameters (named
-        with ``prefix``)."""
+        """The statement inserting one call's pending writes (one task's, as
+        :meth:`Store.put_writes` takes them), and its parameters (named with ``prefix``).
+        The task's columns go as scalars, the writes' as arrays."""
+        tasks = {(w.run_id, w.ns, w.checkpoint_id, w.task_id, w.task_path) for w in rows}
+        if len(tasks) != 1:
+            raise ValueError(f"one task's writes expected, got {len(tasks)} tasks")
+        ((run, ns, cid, task, path),) = tasks
         # one row per key (an INSERT may not touch a row twice): the last one when
         # overwriting, else the first, as row-by-row inserts would leave it
-        unique: dict[tuple[str, str, str, str, int], WriteRow] = {}
+        unique: dict[int, WriteRow] = {}
         for w in rows:
-            key = (w.run_id, w.ns, w.checkpoint_id, w.task_id, w.idx)
-            if overwrite or key not in unique:
-                unique[key] = w
+            if overwrite or w.idx not in unique:
+                unique[w.idx] = w
         kept = list(unique.values())
         statement = self._writes_sql.get((overwrite, prefix))
         if statement is None:
@@ -773,17 +779,17 @@ class PostgresStore(sql.SqlStore):
             p = prefix
             statement = self._writes_sql[(overwrite, prefix)] = (
                 f"INSERT INTO {self._t.wr} (run_id, ns, checkpoint_id, {sql.WRITE_COLS}) "
-                f"SELECT * FROM unnest(%({p}runs)s::text[], %({p}nss)s::text[], "
-                f"%({p}cids)s::text[], %({p}tasks)s::text[], %({p}idxs)s::int[], "
-                f"%({p}channels)s::text[], %({p}values)s::bytea[], %({p}paths)s::text[]) "
+                f"SELECT %({p}run)s::text, %({p}ns)s::text, %({p}cid)s::text, "
+                f"%({p}task)s::text, u.idx, u.channel, u.value, %({p}path)s::text "
+                f"FROM unnest(%({p}idxs)s::int[], %({p}channels)s::text[], "
+                f"%({p}values)s::bytea[]) AS u(idx, channel, value) "
                 f"ON CONFLICT (run_id, ns, checkpoint_id, task_id, idx) {action}")
         return statement, {
-            f"{prefix}runs": [w.run_id for w in kept], f"{prefix}nss": [w.ns for w in kept],
-            f"{prefix}cids": [w.checkpoint_id for w in kept],
-            f"{prefix}tasks": [w.task_id for w in kept], f"{prefix}idxs": [w.idx for w in kept],
+            f"{prefix}run": run, f"{prefix}ns": ns, f"{prefix}cid": cid,
+            f"{prefix}task": task, f"{prefix}path": path,
+            f"{prefix}idxs": [w.idx for w in kept],
             f"{prefix}channels": [w.channel for w in kept],
             f"{prefix}values": [w.value for w in kept],
-            f"{prefix}paths": [w.task_path for w in kept],
         }
 
     def _write_writes(self, rows: list[WriteRow], overwrite: bool,

@@ -131,6 +131,8 @@ from remit_core.records import (
     RunRow,
     RunStartOutcome,
     WriteRow,
+    versions_from_json,
+    versions_json,
 )
 from remit_core.retry import retrying
 from remit_core.serde import Serde
@@ -1311,7 +1313,7 @@ def _ck_row(h: Mapping[str, bytes]) -> CheckpointRow:
         run_id=h["run_id"].decode(), ns=h["ns"].decode(),
         checkpoint_id=h["checkpoint_id"].decode(), parent_id=_opt_str(h, "parent_id"),
         kind=h["kind"].decode(), execution_id=_opt_str(h, "execution_id"),
-        data=h["data"], metadata=h["metadata"], versions=json.loads(h["versions"]),
+        data=h["data"], metadata=h["metadata"], versions=versions_from_json(h["versions"]),
         created_at=float(h["created_at"]), seq=int(h["seq"]),
     )
 
@@ -1686,7 +1688,7 @@ class RedisStore(Store):
         args: list[Any] = [
             self.prefix, r, ns, row.checkpoint_id, _flag(row.parent_id), row.parent_id or "",
             row.kind, _flag(row.execution_id), row.execution_id or "", row.data, row.metadata,
-            json.dumps(row.versions, ensure_ascii=False, separators=(",", ":")),
+            versions_json(row.versions),
             "1" if exclusive_child else "0", *_chunk_args(chunks),
         ]
         for b in blobs:

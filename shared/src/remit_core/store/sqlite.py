@@ -22,7 +22,7 @@ from urllib.parse import SplitResult, unquote
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from remit_core.errors import StoreConfigError, StoreNotFound, StoreUnavailable
-from remit_core.records import BlobRow, CheckpointRow, WriteRow
+from remit_core.records import BlobRow, CheckpointRow, WriteRow, versions_from_json, versions_json
 from remit_core.serde import Serde
 from remit_core.store import sql
 from remit_core.store.base import Layout
@@ -429,7 +429,7 @@ class SqliteStore(sql.SqlStore):
             conn.execute(_PUT_RUN, (row.run_id, now, now))
             seq = conn.execute(_PUT_CHECKPOINT, (
                 row.run_id, row.ns, row.checkpoint_id, row.parent_id, row.kind,
-                row.execution_id, row.data, row.metadata, json.dumps(row.versions), now,
+                row.execution_id, row.data, row.metadata, versions_json(row.versions), now,
             )).fetchone()[0]
             return int(seq), None
 
@@ -445,14 +445,14 @@ class SqliteStore(sql.SqlStore):
             raw = conn.execute(query, {**args, "limit": -1 if limit is None else limit}
                                ).fetchall()
             if len(raw) == 1:  # get_checkpoint: its blobs and writes by key
-                row = sql.checkpoint_row(raw[0], json.loads)
+                row = sql.checkpoint_row(raw[0], versions_from_json)
                 blobs = {ch: bytes(v) for ch, v in conn.execute(
                     _BLOBS_OF_ONE, (raw[0][8], row.run_id, row.ns))}
                 writes = [sql.write_row(row, w) for w in conn.execute(
                     _WRITES_OF_ONE, (row.run_id, row.ns, row.checkpoint_id))
                 ] if with_writes else []
                 return [(row, blobs, writes)]
-            rows = [sql.checkpoint_row(r, json.loads) for r in raw]
+            rows = [sql.checkpoint_row(r, versions_from_json) for r in raw]
             if not rows:
                 return []
             seqs = {"seqs": json.dumps([r.seq for r in rows])}
