@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import multiprocessing as mp
 import os
 import signal
@@ -315,7 +316,8 @@ def test_a_resume_killed_between_its_claim_and_its_lifecycle_is_finished(
 
 
 def test_resumes_dying_before_their_lifecycle_are_bounded_by_max_attempts(
-        store_url: str, tmp_path: Path, persistence: RemitFlowPersistence) -> None:
+        store_url: str, tmp_path: Path, persistence: RemitFlowPersistence,
+        caplog: pytest.LogCaptureFixture) -> None:
     """A resume that claims the parked feedback and is SIGKILLed before it records its
     execution counts as an attempt (the claim's fence): with ``max_attempts=1`` the one
     that died has used the flow's attempts, so recovery reports the flow exhausted, leaves
@@ -328,9 +330,13 @@ def test_resumes_dying_before_their_lifecycle_are_bounded_by_max_attempts(
     _kill(dying)
     wait_claims_lapse(store, ["spent"])
     flow = w.recovery_flow(store_url)
-    report = recover(flow, max_attempts=1)
-    assert (report.recovered, report.skipped, report.failed) == ([], [], {}), report
-    assert report.exhausted == ["spent"], report
+    with caplog.at_level(logging.DEBUG, logger="remit.recovery"):
+        for _ in range(3):  # a worker's passes: reported each time, warned about once
+            report = recover(flow, max_attempts=1)
+            assert (report.recovered, report.skipped, report.failed) == ([], [], {}), report
+            assert report.exhausted == ["spent"], report
+    said = [r.levelno for r in caplog.records if "run spent (crewai) not recovered" in r.message]
+    assert said == [logging.WARNING, logging.DEBUG, logging.DEBUG], said
     run = store.get_run("spent")
     assert run is not None and (run.status, run.attempts) == ("parked", 1), run
     [claim] = store.list_claims("spent")

@@ -114,18 +114,36 @@ def _dead_resumes(store: Store, name: str) -> dict[str, int]:
         after = page[-1]
 
 
-def _spent(run_id: str, fence: int, max_attempts: int, report: RecoveryReport) -> bool:
+#: the exhausted dead resumes this process has warned about, as (store URL, run, fence):
+#: a worker passing over them every few seconds warns once per flow (each report still
+#: lists it)
+_warned: set[tuple[str, str, int]] = set()
+_warned_lock = threading.Lock()
+WARNED_MAX = 10_000
+
+
+def _spent(store: Store, run_id: str, fence: int, max_attempts: int,
+           report: RecoveryReport) -> bool:
     """``max_attempts`` resumes of the flow's feedback held its claim and recorded no
     execution (they died first): report the flow exhausted and leave it parked with the
-    claim (the claim's fence records them), rather than take it over again."""
+    claim (the claim's fence records them), rather than take it over again. The warning
+    is logged once per process for a flow and fence (later passes log it at debug)."""
     if not max_attempts or fence < max_attempts:
         return False
     report.exhausted.append(run_id)
-    log.warning("remit: run %s (crewai) not recovered: %d resumes of its parked feedback "
-                "claimed it and died before recording an execution (max_attempts=%d); it "
-                "is left parked with its claim: see why those processes died, then resume "
-                "it by hand or recover it with a larger max_attempts", run_id, fence,
-                max_attempts)
+    with _warned_lock:
+        key = (store.url, run_id, fence)
+        first = key not in _warned
+        if first:
+            if len(_warned) >= WARNED_MAX:
+                _warned.clear()
+            _warned.add(key)
+    log.log(logging.WARNING if first else logging.DEBUG,
+            "remit: run %s (crewai) not recovered: %d resumes of its parked feedback "
+            "claimed it and died before recording an execution (max_attempts=%d); it "
+            "is left parked with its claim: see why those processes died, then resume "
+            "it by hand or recover it with a larger max_attempts", run_id, fence,
+            max_attempts)
     return True
 
 
@@ -157,7 +175,7 @@ def _finish_dead_resumes(flow_class: Any, backend: RemitFlowPersistence, name: s
     for run_id, fence in _dead_resumes(backend.store, name).items():
         if (stop is not None and stop.is_set()) or (left is not None and left < 1):
             return
-        if _spent(run_id, fence, max_attempts, report):
+        if _spent(backend.store, run_id, fence, max_attempts, report):
             continue
         taken, error = False, None
         try:
@@ -175,7 +193,7 @@ async def _afinish_dead_resumes(flow_class: Any, backend: RemitFlowPersistence, 
     for run_id, fence in (await aio.run(_dead_resumes, backend.store, name)).items():
         if (stop is not None and stop.is_set()) or (left is not None and left < 1):
             return
-        if _spent(run_id, fence, max_attempts, report):
+        if _spent(backend.store, run_id, fence, max_attempts, report):
             continue
         taken, error = False, None
         try:
