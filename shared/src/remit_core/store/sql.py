@@ -307,6 +307,8 @@ class Records(Generic[R]):
         self.select_now = f"SELECT {cols}, {d.now} FROM {table} WHERE {key}"
         self.insert = (f"INSERT INTO {table} ({cols}) VALUES "
                        f"({', '.join(d.p(c, t) for c, t in columns)})")
+        #: insert-if-absent (the rows affected tell whether it inserted)
+        self.insert_new = f"{self.insert} ON CONFLICT (key) DO NOTHING"
         #: insert-if-absent with every time an offset from the clock (``n.t``), returning
         #: the row written, or nothing when the key exists
         self.insert_stamped = (

@@ -484,8 +484,18 @@ class SqliteStore(sql.SqlStore):
 
     # ------------------------------------------------------------------------ receipts, claims
 
+    @contextlib.contextmanager
+    def _one_statement(self) -> Iterator[sqlite3.Connection]:
+        """The write connection, under the writer lock, for one write statement in
+        autocommit: SQLite makes it its own transaction, taking the write lock at its start
+        (waiting in the busy handler as ``BEGIN IMMEDIATE`` does) and committing it at its
+        end, durably -- one statement where a transaction takes three."""
+        lock: contextlib.AbstractContextManager[Any] = self._memory_lock or self._writer_lock()
+        with lock:
+            yield self._writer() if self.path is not None else self._conn()
+
     def _writing(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return self._tx()
+        return self._one_statement()  # a fenced change or a delete: one statement
 
     def _reading(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return self._tx(write=False)
@@ -495,7 +505,14 @@ class SqliteStore(sql.SqlStore):
 
     def _decide(self, records: sql.Records[sql.R], key: str, decide: sql.Decide[sql.R]
                 ) -> Verdict[Any, Any]:
+        # A verdict on a new key that inserts (``run``, ``won``, ``started``) is one
+        # insert-if-absent statement; if the key exists (a replay, a take-over ...),
         # BEGIN IMMEDIATE holds the database's write lock from the read to the commit
+        with self._one_statement() as conn:
+            fresh = decide(None, self._now())  # now read once this process may write
+            if (fresh.write == "insert" and conn.execute(
+                    records.insert_new, records.params(fresh.row)).rowcount == 1):
+                return fresh
         with self._tx() as conn:
             r = conn.execute(records.select, {"key": key}).fetchone()
             verdict = decide(None if r is None else records.row(r), self._now())
