@@ -38,6 +38,20 @@ def test_round_trip(value: Any) -> None:
     assert out == value and type(out) is type(value)
 
 
+def test_a_value_whose_truth_is_ambiguous_is_refused_by_its_path() -> None:
+    """The encoder asks only lists and dicts whether they are empty: a value of another
+    type that refuses ``bool()`` (an array, say) is refused for its type, at its path."""
+    class Ambiguous:
+        def __bool__(self) -> bool:
+            raise ValueError("the truth value is ambiguous")
+
+    for value, path in (({"a": 1, "b": Ambiguous()}, "$.b"), ([1, Ambiguous()], "$[1]"),
+                        ({"x": [{}, {"y": Ambiguous()}]}, "$.x[1].y")):
+        with pytest.raises(SerializationError) as info:
+            encode(value)
+        assert (info.value.path, info.value.type_name) == (path, "Ambiguous"), info.value
+
+
 def test_bytearray_reads_back_as_bytes() -> None:
     assert decode(encode(bytearray(b"ab"))) == b"ab"
 

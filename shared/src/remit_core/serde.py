@@ -118,8 +118,21 @@ _KIND: Final = {_MODEL: "pydantic model", _DATACLASS: "dataclass", _ENUM: "enum"
 _SCALARS: Final = frozenset({str, int, float, bool, type(None), bytes, bytearray})
 
 
+_QUALNAMES: dict[type, str] = {}  # a cache: at most _QUALNAMES_MAX classes, then cleared
+_QUALNAMES_MAX = 1024
+
+
 def _qualname(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
+    try:
+        return _QUALNAMES[cls]
+    except (KeyError, TypeError):  # (TypeError: a metaclass without a hash)
+        pass
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    with contextlib.suppress(TypeError):
+        if len(_QUALNAMES) >= _QUALNAMES_MAX:
+            _QUALNAMES.clear()
+        _QUALNAMES[cls] = name
+    return name
 
 
 def _pack(obj: Any) -> bytes:
@@ -515,7 +528,7 @@ class Serde:
         room = level < MAX_DEPTH
         for i, x in enumerate(items):
             tx = type(x)
-            if not strict and (tx in _SCALARS or (room and not x and (tx is list or tx is dict))):
+            if not strict and (tx in _SCALARS or ((tx is list or tx is dict) and room and not x)):
                 append(x)
                 continue
             try:
@@ -528,11 +541,17 @@ class Serde:
     def _lower_map(self, d: dict[Any, Any], level: int, strict: bool,
                    canonical: bool) -> dict[Any, Any]:
         """A dict whose keys and values are at ``level`` (a dict's, a model's fields)."""
-        if not strict and _SCALARS.issuperset(map(type, d.values())) and \
-                _SCALARS.issuperset(map(type, d)):
-            return d
-        out: dict[Any, Any] = {}
         room = level < MAX_DEPTH
+        if not strict and _SCALARS.issuperset(map(type, d)):
+            # as it is when every value is a scalar or an empty list or dict (a model's
+            # fields, mostly)
+            for x in d.values():
+                tx = type(x)
+                if tx not in _SCALARS and not ((tx is list or tx is dict) and room and not x):
+                    break
+            else:
+                return d
+        out: dict[Any, Any] = {}
         for k, x in d.items():
             key = k
             if strict or type(k) not in _SCALARS:
@@ -542,7 +561,7 @@ class Serde:
                     refused.segments.append(f".<key {k!r}>")
                     raise
             tx = type(x)
-            if not strict and (tx in _SCALARS or (room and not x and (tx is list or tx is dict))):
+            if not strict and (tx in _SCALARS or ((tx is list or tx is dict) and room and not x)):
                 out[key] = x
                 continue
             try:
