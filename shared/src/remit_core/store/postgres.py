@@ -829,24 +829,43 @@ class PostgresStore(sql.SqlStore):
 
     def _decide(self, records: sql.Records[sql.R], key: str, decide: sql.Decide[sql.R]
                 ) -> Verdict[Any, Any]:
-        # A verdict on a new key that inserts (``run``, ``won``) is one atomic INSERT, and
-        # one that writes nothing (a replay: done, busy, held, consumed, ...) is taken on
-        # the committed row without a row lock, in autocommit: one round trip for a first
-        # call, two for a replay, and k racers for one key do not queue on it. Deciding a
-        # read-only verdict on the committed row orders this call before any concurrent
-        # change of it, as a lock would order it after. Only a verdict that changes a row
-        # (a take-over, a re-claim, a consume) goes through the locked transaction.
+        # In autocommit, without a row lock: a verdict on a new key that inserts (``run``,
+        # ``won``, ``started``) is one atomic INSERT; else the committed row is read with
+        # the server's clock, and a verdict that writes nothing (a replay: done, busy,
+        # held, consumed, ...) is taken on it, and one that changes it (a consume, a run's
+        # start or end, a take-over) is one compare-and-set UPDATE that applies only while
+        # the row is still the one read (every column). One round trip for a first call,
+        # two for a replay or a change, three for a change of a key that exists to a
+        # caller that would have inserted it (two for a run's lifecycle, which is read
+        # first: most starts continue a run); k racers for one key do not queue on a
+        # lock. Deciding on the committed row orders this call before any concurrent
+        # change of it, as a lock would order it after; a compare-and-set that finds the
+        # row changed (a concurrent writer won) goes through the locked transaction.
         fresh = decide(None, 0.0)  # with now 0: its times are offsets from the clock
         inserts = fresh.write == "insert"
-        if inserts:
-            with self._conn() as conn:
+        with self._conn() as conn:
+            if inserts and not records.kept:
                 row = self._insert_stamped(conn, records, fresh)
                 if row is not None:
                     return Verdict(fresh.outcome, row, "insert")
-                r = conn.execute(records.select_now, {"key": key}).fetchone()
-            if r is not None:
-                verdict = decide(records.row(r), float(r[-1]))
+            r = conn.execute(records.select_now, {"key": key}).fetchone()
+            if r is None:
+                if not inserts:  # no record, nothing to write: the same at any time
+                    return fresh
+                if records.kept:  # read first (a run's lifecycle): none yet, insert it
+                    row = self._insert_stamped(conn, records, fresh)
+                    if row is not None:
+                        return Verdict(fresh.outcome, row, "insert")
+            else:
+                # now is read with the row: applied a round trip later, it can only make
+                # a lease look live longer (busy, never a wrong take-over) or a new lease
+                # end a little early
+                was = records.row(r)
+                verdict = decide(was, float(r[-1]))
                 if verdict.write == "none":
+                    return verdict
+                if verdict.write == "update" and conn.execute(
+                        records.swap, records.swap_params(was, verdict.row)).rowcount == 1:
                     return verdict
         with self._tx() as conn:
             while True:
@@ -854,13 +873,10 @@ class PostgresStore(sql.SqlStore):
                     row = self._insert_stamped(conn, records, fresh)
                     if row is not None:
                         return Verdict(fresh.outcome, row, "insert")
-                # now is read with the row; if this waited for the lock, now may be a
-                # little early, which can only make a lease look live longer (busy, never
-                # a wrong take-over)
                 r = conn.execute(records.select_now + " FOR UPDATE", {"key": key}).fetchone()
                 if r is not None:
                     break
-                if not inserts:  # no record, nothing to write: the same at any time
+                if not inserts:
                     return fresh
                 # released or reset between the two statements: insert again
             verdict = decide(records.row(r), float(r[-1]))

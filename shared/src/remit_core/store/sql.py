@@ -295,8 +295,13 @@ class Records(Generic[R]):
     """The statements on one record table (receipts or claims) in one dialect."""
 
     def __init__(self, table: str, columns: Sequence[tuple[str, str]],
-                 row: Callable[[Sequence[Any]], R], order: str, d: Dialect) -> None:
+                 row: Callable[[Sequence[Any]], R], order: str, d: Dialect, *,
+                 kept: bool = False) -> None:
         self.table = table
+        #: a record most decisions find already stored (a run's lifecycle: every start
+        #: but the first), where a receipt's or claim's decision mostly makes it: a
+        #: backend may read it before trying to insert it
+        self.kept = kept
         self.row: Callable[[Sequence[Any]], R] = row
         self._d = d
         self.names = tuple(c for c, _ in columns)
@@ -319,6 +324,10 @@ class Records(Generic[R]):
             f"RETURNING {cols}")
         self.update = (f"UPDATE {table} SET "
                        f"{', '.join(f'{c} = {d.p(c, t)}' for c, t in columns[1:])} WHERE {key}")
+        #: compare-and-set: the update, only while the row is as it was read (every column
+        #: as the ``was_`` parameters give it; PostgreSQL)
+        self.swap = (self.update + "".join(
+            f" AND {c} IS NOT DISTINCT FROM {d.p('was_' + c, t)}" for c, t in columns[1:]))
         self.delete = f"DELETE FROM {table} WHERE {key}"
         order_by = f"ORDER BY {order}, key{d.collate}"
         self.list_all = f"SELECT {cols} FROM {table} {order_by}"
@@ -327,6 +336,10 @@ class Records(Generic[R]):
 
     def params(self, row: R) -> dict[str, Any]:
         return {n: getattr(row, n) for n in self.names}
+
+    def swap_params(self, was: R, row: R) -> dict[str, Any]:
+        """The parameters of :attr:`swap`: ``row`` written where ``was`` is stored."""
+        return {**self.params(row), **{f"was_{n}": getattr(was, n) for n in self.names[1:]}}
 
     def change(self, change: Change) -> str:
         """``change`` as one conditional statement: its guard is the WHERE clause."""
@@ -382,7 +395,7 @@ class SqlStore(Store):
         self._d, self._t = d, tables
         self._receipts = Records(tables.rc, RECEIPT_COLUMNS, receipt_row, "started_at", d)
         self._claims = Records(tables.cl, CLAIM_COLUMNS, claim_row, "claimed_at", d)
-        self._lifecycle = Records(tables.lc, RUN_COLUMNS, run_row, "updated_at", d)
+        self._lifecycle = Records(tables.lc, RUN_COLUMNS, run_row, "updated_at", d, kept=True)
         p, ck = d.p, tables.ck
         #: CO (exclusive_child): another checkpoint of the same kind with this parent
         self._sibling_sql = (
