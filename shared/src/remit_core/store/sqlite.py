@@ -505,14 +505,16 @@ class SqliteStore(sql.SqlStore):
 
     def _decide(self, records: sql.Records[sql.R], key: str, decide: sql.Decide[sql.R]
                 ) -> Verdict[Any, Any]:
-        # A verdict on a new key that inserts (``run``, ``won``, ``started``) is one
-        # insert-if-absent statement; if the key exists (a replay, a take-over ...),
-        # BEGIN IMMEDIATE holds the database's write lock from the read to the commit
-        with self._one_statement() as conn:
-            fresh = decide(None, self._now())  # now read once this process may write
-            if (fresh.write == "insert" and conn.execute(
-                    records.insert_new, records.params(fresh.row)).rowcount == 1):
-                return fresh
+        # A verdict on a new key that inserts (``run``, ``won``) is one insert-if-absent
+        # statement; if the key exists (a replay, a take-over ...), or is mostly there
+        # already (a run's lifecycle), BEGIN IMMEDIATE holds the database's write lock
+        # from the read to the commit
+        if not records.kept:
+            with self._one_statement() as conn:
+                fresh = decide(None, self._now())  # now read once this process may write
+                if (fresh.write == "insert" and conn.execute(
+                        records.insert_new, records.params(fresh.row)).rowcount == 1):
+                    return fresh
         with self._tx() as conn:
             r = conn.execute(records.select, {"key": key}).fetchone()
             verdict = decide(None if r is None else records.row(r), self._now())
