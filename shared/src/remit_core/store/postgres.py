@@ -836,11 +836,12 @@ class PostgresStore(sql.SqlStore):
         # start or end, a take-over) is one compare-and-set UPDATE that applies only while
         # the row is still the one read (every column). One round trip for a first call,
         # two for a replay or a change, three for a change of a key that exists to a
-        # caller that would have inserted it (two for a run's lifecycle, which is read
-        # first: most starts continue a run); k racers for one key do not queue on a
-        # lock. Deciding on the committed row orders this call before any concurrent
-        # change of it, as a lock would order it after; a compare-and-set that finds the
-        # row changed (a concurrent writer won) goes through the locked transaction.
+        # caller that would have inserted it (a run's lifecycle is read first, as most
+        # starts continue a run: two, whether it exists or not); k racers for one key do
+        # not queue on a lock. Deciding on the committed row orders this call before any
+        # concurrent change of it, as a lock would order it after; a compare-and-set that
+        # finds the row changed (a concurrent writer won) goes through the locked
+        # transaction.
         fresh = decide(None, 0.0)  # with now 0: its times are offsets from the clock
         inserts = fresh.write == "insert"
         with self._conn() as conn:
