@@ -416,10 +416,10 @@ def test_claim_and_receipt_races_have_one_winner(pg_url: str) -> None:
 def test_a_change_between_the_read_and_the_compare_and_set_is_not_overwritten(
         pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A decision that changes a record reads it without a lock and writes it with a
-    compare-and-set. Here a recoverer takes the run over between the executor's read
-    (its end_run decides ``done``) and its write: the compare-and-set finds the row
-    changed, the locked path decides again on the take-over, and the executor's end is
-    refused (fenced) instead of overwriting the recoverer's record."""
+    compare-and-set. Here two recoverers race for an abandoned run, the second taking it
+    between the first one's read and its write: the first one's compare-and-set finds
+    the row changed, the locked path decides again on the second one's take-over, and
+    the first is told ``busy`` instead of taking the run over a second time."""
     from remit_core.store import sql
 
     with open_store(pg_url) as s, open_store(pg_url) as other:
@@ -430,19 +430,21 @@ def test_a_change_between_the_read_and_the_compare_and_set_is_not_overwritten(
             assert time.monotonic() < deadline, run  # the server's clock passes the lease
             time.sleep(0.01)
         real = sql.Records.swap_params
-        taken: list[Any] = []
+        second: list[Any] = []
 
         def meanwhile(self: Any, was: Any, row: Any) -> dict[str, Any]:
-            if not taken and getattr(row, "status", None) == "done":
-                taken.append(other.recover_run("r", owner="recoverer", lease=30.0))
+            if not second and getattr(row, "owner", None) == "first":
+                second.append(None)  # (the second recoverer's own compare-and-set runs this)
+                second[0] = other.recover_run("r", owner="second", lease=30.0)
             return real(self, was, row)
 
         monkeypatch.setattr(sql.Records, "swap_params", meanwhile)
-        assert not s.end_run("r", owner="executor", fence=start.run.fence, status="done")
-        assert [t.outcome for t in taken] == ["taken_over"], taken
+        first = s.recover_run("r", owner="first", lease=30.0)
+        assert [t.outcome for t in second] == ["taken_over"], second
+        assert first.outcome == "busy", first
         run = s.get_run("r")
         assert run is not None and (run.status, run.owner, run.fence) == (
-            "running", "recoverer", start.run.fence + 1), run
+            "running", "second", start.run.fence + 1), run
 
 
 def test_a_pool_that_cannot_serve_its_threads_or_fit_the_server_is_warned_about(

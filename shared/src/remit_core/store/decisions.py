@@ -308,9 +308,9 @@ class Change:
     """
 
     status: str | None
-    #: column -> the value it gets (a constant, or one of :class:`From`); None: the
-    #: record is deleted
-    sets: Mapping[str, str | From] | None
+    #: column -> the value it gets (a constant: a status, a number or None; or one of
+    #: :class:`From`); None: the record is deleted
+    sets: Mapping[str, str | float | From | None] | None
     fenced: bool = True
 
 
@@ -328,6 +328,14 @@ RESOLVE_RECEIPT = Change(None, {"status": "completed", "result": From.RESULT,
 RELEASE_CLAIM = Change("claimed", {"status": "released"})
 #: LV: keep the lease of a held claim
 RENEW_CLAIM = Change("claimed", {"lease_until": From.LEASE_END})
+#: :func:`end_run` of the executor still running the run, by how it ended (``From.RESULT``:
+#: what a parked run waits for, or the error of a failed one), as one fenced change
+END_RUN: Mapping[str, Change] = {
+    status: Change("running", {
+        "status": status, "owner": None, "lease_until": 0.0,
+        "waiting": From.RESULT if status in ("parked", "needs-attention") else None,
+        "error": From.RESULT if status == "failed" else None, "updated_at": From.NOW})
+    for status in ("parked", "done", "failed", "needs-attention")}
 #: LV: keep the lease of a run in progress
 RENEW_RUN = Change("running", {"lease_until": From.LEASE_END})
 
@@ -346,6 +354,6 @@ def apply(change: Change, cur: R | None, *, owner: str | None = None,
     return Verdict(True, dataclasses.replace(cur, **values), "update")  # type: ignore[arg-type]
 
 
-__all__ = ["COMPLETE_RECEIPT", "RELEASE_CLAIM", "RELEASE_RECEIPT", "RENEW_CLAIM",
+__all__ = ["COMPLETE_RECEIPT", "END_RUN", "RELEASE_CLAIM", "RELEASE_RECEIPT", "RENEW_CLAIM",
            "RENEW_RECEIPT", "RENEW_RUN", "RESOLVE_RECEIPT", "Change", "From", "Verdict", "Write",
            "apply", "claim", "consume_claim", "end_run", "holds", "start_receipt", "start_run"]

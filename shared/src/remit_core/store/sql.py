@@ -365,10 +365,15 @@ class Records(Generic[R]):
 
 
 @cache
-def _literal(text: str) -> str:
-    """A constant of :mod:`~remit_core.store.decisions` (a status) as an SQL literal."""
-    assert text.isidentifier(), text
-    return f"'{text}'"
+def _literal(value: str | float | None) -> str:
+    """A constant of :mod:`~remit_core.store.decisions` (a status, a number or None) as
+    an SQL literal."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, int | float):
+        return repr(float(value))
+    assert value.replace("-", "_").isidentifier(), value
+    return f"'{value}'"
 
 
 class Conn(Protocol):
@@ -743,11 +748,9 @@ class SqlStore(Store):
 
     def _end_run(self, run_id: str, owner: str, fence: int, status: records.RunEnd,
                  detail: bytes | None) -> bool:
-        def decide(cur: RunRow | None, now: float) -> Verdict[bool, RunRow | None]:
-            return decisions.end_run(cur, owner=owner, fence=fence, status=status,
-                                     detail=detail, now=now)
-
-        return bool(self._decide(self._lifecycle, run_id, decide).outcome)
+        # decisions.end_run as one fenced statement (decisions.END_RUN)
+        return self._change(self._lifecycle, decisions.END_RUN[status], run_id, owner=owner,
+                            fence=fence, result=detail)
 
     def _import_run(self, run_id: str, framework: str, name: str,
                     status: records.RunEnd | Literal["abandoned"], owner: str,
