@@ -241,13 +241,9 @@ def end_run(cur: RunRow | None, *, owner: str, fence: int, status: RunEnd,
 
     True when the caller still executes the run (owner and fence, status running); the
     run then has no owner and no lease. False otherwise (a later executor took it over:
-    its record stands), with the stored record."""
-    if cur is None or not holds(cur, owner, fence) or cur.status != "running":
-        return Verdict(False, cur)
-    return Verdict(True, dataclasses.replace(
-        cur, status=status, owner=None, lease_until=0.0,
-        waiting=detail if status in ("parked", "needs-attention") else None,
-        error=detail if status == "failed" else None, updated_at=now), "update")
+    its record stands), with the stored record. It is the fenced change
+    :data:`END_RUN` of ``status`` (what the SQL backends run as one statement)."""
+    return apply(END_RUN[status], cur, owner=owner, fence=fence, now=now, result=detail)
 
 
 def import_run(cur: RunRow | None, *, run_id: str, framework: str, name: str,

@@ -833,7 +833,7 @@ class PostgresStore(sql.SqlStore):
         # ``won``, ``started``) is one atomic INSERT; else the committed row is read with
         # the server's clock, and a verdict that writes nothing (a replay: done, busy,
         # held, consumed, ...) is taken on it, and one that changes it (a consume, a run's
-        # start or end, a take-over) is one compare-and-set UPDATE that applies only while
+        # start, a take-over) is one compare-and-set UPDATE that applies only while
         # the row is still the one read (every column). One round trip for a first call,
         # two for a replay or a change, three for a change of a key that exists to a
         # caller that would have inserted it (a run's lifecycle is read first, as most

@@ -298,10 +298,7 @@ class SqliteStore(sql.SqlStore):
 
     @contextlib.contextmanager
     def _tx(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        lock: contextlib.AbstractContextManager[Any] = (
-            self._memory_lock or (self._writer_lock() if write else contextlib.nullcontext()))
-        with lock:
-            conn = self._writer() if write and self.path is not None else self._conn()
+        with (self._one_statement() if write else self._read_conn()) as conn:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield conn
@@ -485,11 +482,18 @@ class SqliteStore(sql.SqlStore):
     # ------------------------------------------------------------------------ receipts, claims
 
     @contextlib.contextmanager
+    def _read_conn(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection for reading (the memory store's one, under its lock)."""
+        with self._memory_lock or contextlib.nullcontext():
+            yield self._conn()
+
+    @contextlib.contextmanager
     def _one_statement(self) -> Iterator[sqlite3.Connection]:
-        """The write connection, under the writer lock, for one write statement in
-        autocommit: SQLite makes it its own transaction, taking the write lock at its start
-        (waiting in the busy handler as ``BEGIN IMMEDIATE`` does) and committing it at its
-        end, durably -- one statement where a transaction takes three."""
+        """The write connection, under the writer lock: for a write transaction
+        (:meth:`_tx`), or for one write statement in autocommit, which SQLite makes its own
+        transaction, taking the write lock at its start (waiting in the busy handler as
+        ``BEGIN IMMEDIATE`` does) and committing it at its end, durably -- one statement
+        where a transaction takes three."""
         lock: contextlib.AbstractContextManager[Any] = self._memory_lock or self._writer_lock()
         with lock:
             yield self._writer() if self.path is not None else self._conn()
