@@ -28,6 +28,15 @@ Printed: runs recovered per second (and recovery attempts per second: taken, or
 refused because another worker had it), the time from the last lease expiry to the
 first recovery, p50 / p99 time per recovered run, peak connections to the PostgreSQL
 server (against its max_connections).
+
+4. **The stock reference**, in the same run (``--reference-runs``, 0 for none): the same
+   number of processes, each parking its share of ``--reference-runs`` threads of the same
+   graph before ``c`` (``interrupt_before``) with the stock saver of the backend
+   (PostgresSaver in a schema of its own, SqliteSaver on a file; LangGraph has none for
+   Redis), then, released by a barrier, resuming each one by its id
+   (``invoke(None, config)``): the same step, with the threads known and nothing to find,
+   take or end. Then the same with InMemorySaver: LangGraph alone, no I/O, the ceiling
+   of any saver on this machine. Printed: resumes/s and remit's rate as a ratio of it.
 """
 
 from __future__ import annotations
@@ -72,15 +81,18 @@ def note(path: str, line: str) -> None:
         os.close(fd)
 
 
-def graph(saver: Any, ledger: str) -> Any:
+def graph(saver: Any, ledger: str, *, interrupt_before: list[str] | None = None) -> Any:
+    """The benchmark's graph; with ``interrupt_before`` (the stock reference) its effect
+    is a plain call, as the stock layer has no receipts."""
     from langgraph.graph import END, START, StateGraph
 
     from remit_langgraph import effect
 
-    @effect(name="charge")
-    def charge(thread: str, *, idempotency_key: str) -> str:
+    def charge_once(thread: str, *, idempotency_key: str = "") -> str:
         note(ledger, f"effect {thread}")
         return f"txn-{thread}"
+
+    charge = charge_once if interrupt_before else effect(name="charge")(charge_once)
 
     def a(s: State) -> dict[str, Any]:
         return {"log": ["a"]}
@@ -99,7 +111,7 @@ def graph(saver: Any, ledger: str) -> Any:
     g.add_edge("a", "b")
     g.add_edge("b", "c")
     g.add_edge("c", END)
-    return g.compile(checkpointer=saver, name=NAME)
+    return g.compile(checkpointer=saver, name=NAME, interrupt_before=interrupt_before)
 
 
 def cfg(thread: str) -> dict[str, Any]:
@@ -179,6 +191,76 @@ def work(url: str, ledger: str, lease: float, start: Any, results: Any) -> None:
         results.put(("end", os.getpid(), len(recovered), refused))
 
 
+# ============================================================================ the reference
+
+REFERENCES = {"postgres": "PostgresSaver", "sqlite": "SqliteSaver", "redis": None}
+
+
+@contextlib.contextmanager
+def stock_saver(kind: str, url: str) -> Iterator[Any]:
+    """The stock saver named by ``kind`` on the benchmark's server or directory:
+    PostgresSaver in a schema of its own, SqliteSaver on a file, or InMemorySaver."""
+    if kind == "PostgresSaver":
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(url) as saver:
+            yield saver
+    elif kind == "SqliteSaver":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        with SqliteSaver.from_conn_string(url) as saver:
+            yield saver
+    else:
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        yield InMemorySaver()
+
+
+def resume_stock(kind: str, url: str, ledger: str, threads: list[str], start: Any,
+                 results: Any) -> None:
+    """The reference worker: park its own threads before ``c`` (``interrupt_before``)
+    with the stock saver, wait for the others, then resume each one by its id
+    (``invoke(None, config)``): the same graph and the same step as a recovery, with the
+    threads known and nothing to find, take or end."""
+    with stock_saver(kind, url) as saver:
+        app = graph(saver, ledger, interrupt_before=["c"])
+        for t in threads:
+            app.invoke({"thread": t}, cfg(t), durability="sync")
+        start.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            app.invoke(None, cfg(t), durability="sync")
+        results.put((t0, time.perf_counter()))
+
+
+def reference(kind: str, url: str, runs: int, workers: int) -> float:
+    """Resumes per second of ``workers`` processes resuming ``runs`` parked threads
+    (each its share) with the stock saver ``kind``: wall time from the first resume to
+    the last, after a barrier."""
+    with _bench.temp_dir() as d:
+        ledger = os.path.join(d, "ledger")
+        if kind == "SqliteSaver":
+            url = os.path.join(d, "stock.db")
+        if kind != "InMemorySaver":
+            with stock_saver(kind, url) as saver:
+                saver.setup()
+        threads = [f"r{i:05d}" for i in range(runs)]
+        start, results = CTX.Barrier(workers), CTX.Queue()
+        procs = [CTX.Process(target=resume_stock,
+                             args=(kind, url, ledger, threads[i::workers], start, results))
+                 for i in range(workers)]
+        for p in procs:
+            p.start()
+        spans = [results.get(timeout=900) for _ in procs]
+        for p in procs:
+            p.join(60)
+        with open(ledger) as f:
+            resumed = sum(line.startswith("c ") for line in f.read().splitlines())
+        if resumed != runs:
+            raise SystemExit(f"reference {kind}: {resumed} of {runs} threads resumed")
+        return float(runs / (max(e for _, e in spans) - min(s for s, _ in spans)))
+
+
 def pg_connections(url: str) -> tuple[int, int]:
     import psycopg
 
@@ -215,6 +297,8 @@ def main() -> int:
     ap.add_argument("--producers", type=int, default=4)
     ap.add_argument("--lease", type=float, default=30.0,
                     help="the producers' and the workers' lease (seconds)")
+    ap.add_argument("--reference-runs", type=int, default=2_000,
+                    help="threads the stock reference resumes (0: no reference)")
     args = ap.parse_args()
     CTX.set_forkserver_preload(["recovery_scale", "remit_langgraph", "langgraph.graph"])
     with _bench.temp_dir() as d, store_url(args.backend) as url:
@@ -344,7 +428,20 @@ def main() -> int:
         if args.backend == "postgres":
             print(f"  peak PostgreSQL client connections: {peak[0]} of max_connections "
                   f"{peak[1]} (pool_max=2 per worker)")
-        return 0 if ok else 1
+        rate = 0.9 * recovered / bulk if finish else 0.0
+    if args.reference_runs:
+        print(f"  the same resume on the stock layer, {args.workers} processes, "
+              f"{args.reference_runs} parked threads resumed by id (interrupt_before c; "
+              "nothing to find, take or end), this run:")
+        stock_kind = REFERENCES[args.backend]
+        for kind in ([stock_kind] if stock_kind else []) + ["InMemorySaver"]:
+            with contextlib.ExitStack() as stack:
+                where = (_bench.pg_url(search_path=stack.enter_context(
+                    _bench.pg_schema("ref"))) if kind == "PostgresSaver" else "")
+                got = reference(kind, where, args.reference_runs, args.workers)
+            print(f"    {kind}: {got:.0f} resumes/s; remit's recovery above: "
+                  f"{rate / got:.2f}x")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
