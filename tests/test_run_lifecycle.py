@@ -515,3 +515,31 @@ def test_lapsed_claims_are_read_through_their_index(tmp_path: Any) -> None:
         plan = [row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}")]
     assert any("remit_claims_lapsing" in step for step in plan), plan
     assert not any(step.startswith("SCAN") for step in plan), plan
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_take_reads_the_expired_head_of_the_running_runs_through_their_index(
+        backend: str, make_url: Any) -> None:
+    """take_runs reads the running runs of one framework and name in lease order through
+    remit_lifecycle_lapsing and stops at its limit: no scan of the runs and no sort of them
+    (without the index, PostgreSQL scanned and sorted every running run of the table for
+    each run a recoverer took). PostgreSQL is asked with sequential scans disabled, so the
+    plan shows whether the index can serve the statement, whatever the table's size."""
+    with open_store(make_url(backend)) as s:
+        for i in range(40):
+            s.start_run(f"run-{i}", framework="fw", name="g" if i % 4 else "other",
+                        owner="dead", lease=EXPIRED if i % 2 else 600.0)
+        statement, args = s._take_runs_query("fw", "g", 3)  # type: ignore[attr-defined]
+        if backend == "sqlite":
+            conn = s._writer()  # type: ignore[attr-defined]
+            plan = [row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", args)]
+            assert not any(step.startswith("SCAN") or "TEMP B-TREE" in step
+                           for step in plan), plan
+        else:
+            with s._transaction() as conn:  # type: ignore[attr-defined]
+                conn.execute("SET LOCAL enable_seqscan = off")
+                plan = [row[0] for row in conn.execute(f"EXPLAIN {statement}", args)]
+            assert not any("Sort" in step or "Seq Scan" in step for step in plan), plan
+        assert any("remit_lifecycle_lapsing" in step for step in plan), plan
+        taken = s.take_runs(framework="fw", name="g", owner="w", limit=3, lease=30.0)
+    assert len(taken) == 3 and all(t.run is not None and t.run.name == "g" for t in taken)

@@ -51,10 +51,11 @@ T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
 AConn = psycopg.AsyncConnection[tuple[Any, ...]]
 
-#: the column types of sql.SCHEMA, sql.CHUNKS and sql.LIFECYCLE in this database
+#: the column types of sql.SCHEMA, sql.CHUNKS and sql.LIFECYCLE in this database (and the
+#: collation of the key that sql.LIFECYCLE_LAPSING orders by)
 SCHEMA_TYPES = dict(seq="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
                     time="DOUBLE PRECISION", bytes="BYTEA", json="JSONB", int64="BIGINT",
-                    keyed="", chunk_key="PRIMARY KEY")
+                    keyed="", chunk_key="PRIMARY KEY", ordered_key='(key COLLATE "C")')
 
 # Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
 # Each script runs in the migration transaction with ``search_path`` set to the store's
@@ -82,6 +83,7 @@ MIGRATIONS: list[str] = [
     """,
     sql.LIFECYCLE.format(**SCHEMA_TYPES),
     sql.LAPSING,
+    sql.LIFECYCLE_LAPSING.format(**SCHEMA_TYPES),
 ]
 
 #: take a run's advisory lock (see PostgresStore._lock_runs); parameter ``lock``

@@ -174,6 +174,18 @@ LAPSING = """
         WHERE status = 'claimed';
     """
 
+#: The fifth migration: the running runs of each framework and name by lease expiry, in
+#: the order take_runs takes them (``ORDER BY lease_until, key``; ``{ordered_key}`` is the
+#: key in that order's collation), so that a take reads the expired head of that order and
+#: stops at its limit. Without it, every take read and sorted every running run of the
+#: table (PostgreSQL: a sequential scan of 10 000 runs and a sort, 13.8 ms, for each run a
+#: recoverer took). Append-only too.
+LIFECYCLE_LAPSING = """
+    CREATE INDEX remit_lifecycle_lapsing
+        ON remit_lifecycle (framework, name, lease_until, {ordered_key})
+        WHERE status = 'running';
+    """
+
 #: the columns of a checkpoint row as CheckpointRow takes them
 CHECKPOINT_COLUMNS = ("run_id", "ns", "checkpoint_id", "parent_id", "kind", "execution_id",
                       "data", "metadata", "versions", "created_at", "seq")
@@ -767,16 +779,8 @@ class SqlStore(Store):
                    ) -> list[tuple[records.RunStartOutcome, RunRow, float]]:
         if not self._keeps_lifecycles:
             return []
-        d, lc = self._d, self._lifecycle
-        p = d.p
-        args: dict[str, Any] = {**self._clock(), "framework": framework, "limit": limit}
-        if name is not None:
-            args["name"] = name
-        sql = (f"SELECT {', '.join(lc.names)}, {d.now} FROM {self._t.lc} "
-               f"WHERE status = 'running' AND lease_until <= {d.now} "
-               f"AND framework = {p('framework', 'text')}"
-               + ("" if name is None else f" AND name = {p('name', 'text')}")
-               + f" ORDER BY lease_until, key{d.collate} LIMIT {p('limit')}{d.skip_locked}")
+        lc = self._lifecycle
+        sql, args = self._take_runs_query(framework, name, limit)
         taken: list[tuple[records.RunStartOutcome, RunRow, float]] = []
         with self._transaction() as conn:
             for r in conn.execute(sql, args).fetchall():
@@ -788,6 +792,24 @@ class SqlStore(Store):
             if taken:
                 conn.cursor().executemany(lc.update, [lc.params(row) for _, row, _ in taken])
         return taken
+
+    def _take_runs_query(self, framework: str, name: str | None, limit: int
+                         ) -> tuple[str, dict[str, Any]]:
+        """take_runs' statement and its parameters: the expired head of the running runs
+        of ``framework`` (and ``name``) in lease order, read through
+        remit_lifecycle_lapsing (:data:`LIFECYCLE_LAPSING`), at most ``limit``, locked
+        where the backend locks rows (those another take holds are skipped)."""
+        d = self._d
+        p = d.p
+        args: dict[str, Any] = {**self._clock(), "framework": framework, "limit": limit}
+        if name is not None:
+            args["name"] = name
+        sql = (f"SELECT {', '.join(self._lifecycle.names)}, {d.now} FROM {self._t.lc} "
+               f"WHERE status = 'running' AND lease_until <= {d.now} "
+               f"AND framework = {p('framework', 'text')}"
+               + ("" if name is None else f" AND name = {p('name', 'text')}")
+               + f" ORDER BY lease_until, key{d.collate} LIMIT {p('limit')}{d.skip_locked}")
+        return sql, args
 
     def _renew_run(self, run_id: str, owner: str, fence: int, lease: float) -> bool:
         return self._change(self._lifecycle, decisions.RENEW_RUN, run_id, owner=owner,

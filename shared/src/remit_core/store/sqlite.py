@@ -31,11 +31,13 @@ from remit_core.store.options import Parsed
 from remit_core.store.sql import TABLES
 from remit_core.urls import mask_url
 
-#: the column types of sql.SCHEMA, sql.CHUNKS and sql.LIFECYCLE in this database
+#: the column types of sql.SCHEMA, sql.CHUNKS and sql.LIFECYCLE in this database (and the
+#: collation of the key that sql.LIFECYCLE_LAPSING orders by)
 # (the chunks are a rowid table: their rows are 0.5-8 kB, too large to sit well in a
 # WITHOUT ROWID b-tree)
 SCHEMA_TYPES = dict(seq="INTEGER PRIMARY KEY AUTOINCREMENT", time="REAL", bytes="BLOB",
-                    json="TEXT", int64="INTEGER", keyed=" WITHOUT ROWID", chunk_key="UNIQUE")
+                    json="TEXT", int64="INTEGER", keyed=" WITHOUT ROWID", chunk_key="UNIQUE",
+                    ordered_key="key")
 
 # Append-only: never edit an entry, add a new one. The store's version is len(MIGRATIONS).
 MIGRATIONS: list[str] = [
@@ -43,6 +45,7 @@ MIGRATIONS: list[str] = [
     sql.CHUNKS.format(**SCHEMA_TYPES),
     sql.LIFECYCLE.format(**SCHEMA_TYPES),
     sql.LAPSING,
+    sql.LIFECYCLE_LAPSING.format(**SCHEMA_TYPES),
 ]
 
 _BATCH = 500  # digests per IN (...) list
