@@ -233,14 +233,15 @@ def resume_stock(kind: str, url: str, ledger: str, threads: list[str], start: An
         results.put((t0, time.perf_counter()))
 
 
-def reference(kind: str, url: str, runs: int, workers: int) -> float:
+def reference(kind: str, runs: int, workers: int) -> float:
     """Resumes per second of ``workers`` processes resuming ``runs`` parked threads
-    (each its share) with the stock saver ``kind``: wall time from the first resume to
-    the last, after a barrier."""
-    with _bench.temp_dir() as d:
+    (each its share) with the stock saver ``kind`` (on a fresh schema or file): wall time
+    from the first resume to the last, after a barrier."""
+    with contextlib.ExitStack() as stack:
+        d = stack.enter_context(_bench.temp_dir())
         ledger = os.path.join(d, "ledger")
-        if kind == "SqliteSaver":
-            url = os.path.join(d, "stock.db")
+        url = (_bench.pg_url(search_path=stack.enter_context(_bench.pg_schema("ref")))
+               if kind == "PostgresSaver" else os.path.join(d, "stock.db"))
         if kind != "InMemorySaver":
             with stock_saver(kind, url) as saver:
                 saver.setup()
@@ -412,9 +413,10 @@ def main() -> int:
         begin = min((e - d for _, e, d in ends), default=started_at)
         finish = sorted(e - begin for _, e, _ in ends)
         bulk = finish[int(len(finish) * 0.9) - 1] if finish else span
+        rate = 0.9 * recovered / bulk if finish else 0.0
         print(f"  recovered {recovered} runs in {span:.1f} s (first recovery's start to the "
               f"last one's end; the last ones waited out the killed workers' lease); 90 % "
-              f"in {bulk:.1f} s: {0.9 * recovered / bulk:.0f} runs/s; attempts (taken, or "
+              f"in {bulk:.1f} s: {rate:.0f} runs/s; attempts (taken, or "
               f"refused: another worker had it) {(recovered + refused) / span:.0f}/s over "
               "the whole span")
         if delays:
@@ -428,17 +430,13 @@ def main() -> int:
         if args.backend == "postgres":
             print(f"  peak PostgreSQL client connections: {peak[0]} of max_connections "
                   f"{peak[1]} (pool_max=2 per worker)")
-        rate = 0.9 * recovered / bulk if finish else 0.0
     if args.reference_runs:
         print(f"  the same resume on the stock layer, {args.workers} processes, "
               f"{args.reference_runs} parked threads resumed by id (interrupt_before c; "
               "nothing to find, take or end), this run:")
         stock_kind = REFERENCES[args.backend]
         for kind in ([stock_kind] if stock_kind else []) + ["InMemorySaver"]:
-            with contextlib.ExitStack() as stack:
-                where = (_bench.pg_url(search_path=stack.enter_context(
-                    _bench.pg_schema("ref"))) if kind == "PostgresSaver" else "")
-                got = reference(kind, where, args.reference_runs, args.workers)
+            got = reference(kind, args.reference_runs, args.workers)
             print(f"    {kind}: {got:.0f} resumes/s; remit's recovery above: "
                   f"{rate / got:.2f}x")
     return 0 if ok else 1
