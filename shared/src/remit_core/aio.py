@@ -37,9 +37,44 @@ R = TypeVar("R")
 
 
 class _Bridge(greenlet):  # type: ignore[misc]
-    """A greenlet running remit's sync code for a coroutine of ``loop``."""
+    """A greenlet running remit's sync code for a coroutine of ``loop``.
+
+    It serves one :func:`run` after another: between two it waits, parked, among its
+    thread's idle bridges (making a greenlet costs several microseconds, a switch a
+    fraction of one, and a store operation makes one to three of them)."""
 
     loop: asyncio.AbstractEventLoop
+
+    def __init__(self) -> None:
+        super().__init__(self._serve)
+
+    @staticmethod
+    def _serve(job: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]) -> None:
+        while True:  # one job per turn; a parked bridge dies with GreenletExit when dropped
+            fn, args, kwargs = job
+            del job
+            try:
+                done: tuple[bool, Any] = (True, fn(*args, **kwargs))
+            except BaseException as exc:  # handed to run(), which raises it
+                done = (False, exc)
+            del fn, args, kwargs
+            job = getcurrent().parent.switch(_Done(done))
+            del done
+
+
+class _Done:
+    """What a bridge hands back when its job ended: (returned, its result or error)."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: tuple[bool, Any]) -> None:
+        self.outcome = outcome
+
+
+_IDLE_MAX = 64
+"""Idle bridges a thread keeps for its next runs (more are made when more run at once)."""
+
+_idle = threading.local()
 
 
 async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -48,18 +83,32 @@ async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     copy of the caller's, as ``asyncio.to_thread`` gives. Cancelling the awaiting task
     raises ``CancelledError`` inside ``fn`` at the I/O it is waiting for, so its ``with``
     and ``finally`` blocks run (a claim is released on cancel as on any exception)."""
-    bridge = _Bridge(lambda: fn(*args, **kwargs), getcurrent())
+    idle: list[_Bridge] | None = getattr(_idle, "bridges", None)
+    if idle is None:
+        idle = _idle.bridges = []
+    here = getcurrent()
+    bridge = idle.pop() if idle else _Bridge()
+    bridge.parent = here
     bridge.loop = asyncio.get_running_loop()
     bridge.gr_context = contextvars.copy_context()
-    result: Any = bridge.switch()
-    while not bridge.dead:
+    result: Any = bridge.switch((fn, args, kwargs))
+    while type(result) is not _Done:
         try:
             value = await result
         except BaseException:
             result = bridge.throw(*sys.exc_info())
         else:
             result = bridge.switch(value)
-    return result  # type: ignore[no-any-return]
+    bridge.gr_context = None
+    if len(idle) < _IDLE_MAX and getcurrent() is here:
+        idle.append(bridge)
+    ok, out = result.outcome
+    if not ok:
+        try:
+            raise out
+        finally:
+            del out, result
+    return out  # type: ignore[no-any-return]
 
 
 def bridged() -> bool:
@@ -136,10 +185,17 @@ class Signal:
             future: asyncio.Future[None] = owner.create_future()
             self._futures.append((owner, future))
         try:
-            wait(asyncio.wait_for(future, timeout))
+            wait(_within(future, timeout))
         except TimeoutError:
             return self._event.is_set()
         return True
+
+
+async def _within(future: asyncio.Future[None], timeout: float | None) -> None:
+    """``future`` awaited for at most ``timeout`` seconds (``asyncio.timeout``: a timer,
+    where ``asyncio.wait_for`` also makes a task)."""
+    async with asyncio.timeout(timeout):
+        await future
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -78,6 +78,8 @@ T = TypeVar("T")
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
+_STR: frozenset[type] = frozenset({str})
+
 _LANGGRAPH_SERDE: SerializerProtocol = BaseCheckpointSaver.serde
 """LangGraph's default serializer, what ``saver.serde`` reads (RemitSaver never uses it)."""
 
@@ -408,7 +410,7 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         versions = checkpoint["channel_versions"]
         # the versions are stored once, as the store's own column (LangGraph's are
         # strings); a saver that hands over ints or floats keeps them in data as given
-        exact = all(type(v) is str for v in versions.values())
+        exact = _STR.issuperset(map(type, versions.values()))
         data = {k: v for k, v in checkpoint.items()
                 if k != "channel_values" and (k != "channel_versions" or not exact)}
         stored_metadata = get_checkpoint_metadata(config, metadata)

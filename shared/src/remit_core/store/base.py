@@ -44,8 +44,10 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 from remit_core import aio
 from remit_core.errors import (
     ConsumeConflict,
+    CorruptRecord,
     ForeignSchemaError,
     LeaseLost,
+    SerializationError,
     StoreClosed,
     StoreConfigError,
     StoreNotFound,
@@ -480,10 +482,11 @@ class Store(ABC):
         if validate is not None:
             validate()
         new_values = new_values or {}
-        where = f"checkpoint {checkpoint_id!r} of run {run_id!r}"
-        all_versions = {str(k): str(v) for k, v in (versions or {}).items()}
+        all_versions = _text_map(versions or {})
         for channel, (version, _) in new_values.items():
-            all_versions.setdefault(str(channel), str(version))
+            if channel not in all_versions:
+                all_versions[str(channel)] = str(version)
+        encode = self.serde.encode
         row = CheckpointRow(
             run_id=run_id,
             ns=ns,
@@ -491,15 +494,18 @@ class Store(ABC):
             parent_id=parent_id,
             kind=kind,
             execution_id=execution_id,
-            data=self.serde.encode(data, record=f"{where} (data)"),
-            metadata=self.serde.encode(metadata, record=f"{where} (metadata)"),
+            data=_named(encode, data, "checkpoint {!r} of run {!r} (data)", checkpoint_id,
+                        run_id),
+            metadata=_named(encode, metadata, "checkpoint {!r} of run {!r} (metadata)",
+                            checkpoint_id, run_id),
             versions=all_versions,
             created_at=0.0,
         )
         chunks: dict[bytes, bytes] = {}
         blobs = [
-            BlobRow(run_id, ns, channel, str(version), self._chunked(
-                self.serde.encode(value, record=f"channel {channel!r} of {where}"), chunks))
+            BlobRow(run_id, ns, channel, str(version), self._chunked(_named(
+                encode, value, "channel {!r} of checkpoint {!r} of run {!r}", channel,
+                checkpoint_id, run_id), chunks))
             for channel, (version, value) in new_values.items()
         ]
         # group commit: pending writes a loop announced against the parent go in this
@@ -596,12 +602,12 @@ class Store(ABC):
         """
         if validate is not None:
             validate()
-        where = f"write of task {task_id!r} on checkpoint {checkpoint_id!r} of run {run_id!r}"
+        encode = self.serde.encode
         chunks: dict[bytes, bytes] = {}
         rows = [
-            WriteRow(run_id, ns, checkpoint_id, task_id, idx, channel, self._chunked(
-                self.serde.encode(value, record=f"channel {channel!r} in {where}"), chunks),
-                task_path)
+            WriteRow(run_id, ns, checkpoint_id, task_id, idx, channel, self._chunked(_named(
+                encode, value, "channel {!r} in write of task {!r} on checkpoint {!r} of run "
+                "{!r}", channel, task_id, checkpoint_id, run_id), chunks), task_path)
             for idx, channel, value in writes
         ]
         if not rows:
@@ -1175,10 +1181,11 @@ class Store(ABC):
         return Checkpoint(
             run_id=row.run_id, ns=row.ns, checkpoint_id=row.checkpoint_id, seq=seq,
             parent_id=row.parent_id, kind=row.kind, execution_id=row.execution_id,
-            data=self.serde.decode(row.data, record=f"checkpoint {row.checkpoint_id!r} of run "
-                                   f"{row.run_id!r} (data)"),
-            metadata=self.serde.decode(row.metadata, record=f"checkpoint {row.checkpoint_id!r} "
-                                       f"of run {row.run_id!r} (metadata)"),
+            data=_named(self.serde.decode, row.data, "checkpoint {!r} of run {!r} (data)",
+                        row.checkpoint_id, row.run_id),
+            metadata=_named(self.serde.decode, row.metadata,
+                            "checkpoint {!r} of run {!r} (metadata)", row.checkpoint_id,
+                            row.run_id),
             versions=dict(row.versions), values=values, created_at=row.created_at, writes=writes,
         )
 
@@ -1229,16 +1236,17 @@ class Store(ABC):
                            writes: Sequence[WriteRow], chunks: Mapping[bytes, bytes] | None
                            ) -> Checkpoint:
         blobs, writes = self._unchunked(row, blobs, writes, chunks)
-        where = f"checkpoint {row.checkpoint_id!r} of run {row.run_id!r}"
+        decode = self.serde.decode
+        cid, run = row.checkpoint_id, row.run_id
         values = {
-            ch: self.serde.decode(b, record=f"channel {ch!r} at version "
-                                  f"{row.versions.get(ch)!r} of {where}")
+            ch: _named(decode, b, "channel {!r} at version {!r} of checkpoint {!r} of run {!r}",
+                       ch, row.versions.get(ch), cid, run)
             for ch, b in blobs.items()
         }
         pending = [
-            PendingWrite(w.task_id, w.idx, w.channel,
-                         self.serde.decode(w.value, record=f"write {w.task_id!r}/{w.idx} "
-                                           f"({w.channel!r}) on {where}"), w.task_path)
+            PendingWrite(w.task_id, w.idx, w.channel, _named(
+                decode, w.value, "write {!r}/{} ({!r}) on checkpoint {!r} of run {!r}",
+                w.task_id, w.idx, w.channel, cid, run), w.task_path)
             for w in writes
         ]
         return self._checkpoint(row, row.seq, values, pending)
@@ -1445,6 +1453,29 @@ class Store(ABC):
     def _list_lifecycles(self, query: RunQuery) -> list[tuple[RunInfo, RunRow, float]]:
         """The runs whose lifecycle matches ``query``, newest change first (then run id,
         bytewise), each with its lifecycle record and the backend's clock."""
+
+
+_STR: frozenset[type] = frozenset({str})
+
+
+def _text_map(versions: Mapping[Any, Any]) -> dict[str, str]:
+    """A version map with ``str`` keys and values (each as its ``str()``): a copy at C
+    speed when they are already exactly ``str``, as LangGraph's are (a 200-node graph's
+    checkpoint carries a few hundred versions)."""
+    if _STR.issuperset(map(type, versions)) and _STR.issuperset(map(type, versions.values())):
+        return dict(versions)
+    return {str(k): str(v) for k, v in versions.items()}
+
+
+def _named(code: Callable[..., T], value: Any, record: str, *parts: Any) -> T:
+    """``code(value)`` -- the envelope's encode or decode -- naming the record
+    (``record.format(*parts)``) in the error if it fails: the name is formatted only then
+    (both are deterministic, so the second call fails the same way), not for every value
+    of every step."""
+    try:
+        return code(value)
+    except (SerializationError, CorruptRecord):
+        return code(value, record=record.format(*parts))
 
 
 def _cursor(cursor: str | None) -> tuple[float, str] | None:

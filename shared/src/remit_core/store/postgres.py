@@ -212,8 +212,9 @@ class _LoopPool:
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[AConn]:
         try:
-            if self._slots.locked():  # wait_for costs a task and a timer: only to wait
-                await asyncio.wait_for(self._slots.acquire(), self._timeout)
+            if self._slots.locked():  # a timer only to wait (asyncio.timeout: no task)
+                async with asyncio.timeout(self._timeout):
+                    await self._slots.acquire()
             else:
                 await self._slots.acquire()
         except TimeoutError:
@@ -253,6 +254,24 @@ def _client_cursor(conn: Any) -> Any:
     if isinstance(conn, _Connection):
         return conn.client_cursor()
     return psycopg.ClientCursor(conn)
+
+
+def _text_array(items: Sequence[str]) -> str:
+    """``items`` as a PostgreSQL array literal, for a ``text[]`` parameter bound as one
+    text value: psycopg walks a list parameter element by element in Python to pick its
+    dumper (most of a step's client-side cost); the server parses this in C."""
+    return "{" + ",".join(['"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                           for s in items]) + "}"
+
+
+def _bytea_array(items: Sequence[bytes]) -> str:
+    """``items`` as a PostgreSQL array literal of ``bytea`` values in hex (see
+    :func:`_text_array`)."""
+    return "{" + ",".join(['"\\\\x' + b.hex() + '"' for b in items]) + "}"
+
+
+def _int_array(items: Sequence[int]) -> str:
+    return "{" + ",".join(map(str, items)) + "}"
 
 
 def _hash64(text: str) -> int:
@@ -721,8 +740,9 @@ class PostgresStore(sql.SqlStore):
             "run": row.run_id, "ns": row.ns, "cid": row.checkpoint_id, "parent": row.parent_id,
             "kind": row.kind, "execution": row.execution_id, "data": row.data,
             "metadata": row.metadata, "vmap": versions_json(row.versions),
-            "channels": [b.channel for b in blobs], "versions": [b.version for b in blobs],
-            "values": [b.value for b in blobs], "lock": self._run_lock(row.run_id),
+            "channels": _text_array([b.channel for b in blobs]),
+            "versions": _text_array([b.version for b in blobs]),
+            "values": _bytea_array([b.value for b in blobs]), "lock": self._run_lock(row.run_id),
         }
         inserts = []  # pending writes grouped with this checkpoint, before it
         for i, (rows, overwrite) in enumerate(writes):
@@ -789,9 +809,9 @@ class PostgresStore(sql.SqlStore):
         return statement, {
             f"{prefix}run": run, f"{prefix}ns": ns, f"{prefix}cid": cid,
             f"{prefix}task": task, f"{prefix}path": path,
-            f"{prefix}idxs": [w.idx for w in kept],
-            f"{prefix}channels": [w.channel for w in kept],
-            f"{prefix}values": [w.value for w in kept],
+            f"{prefix}idxs": _int_array([w.idx for w in kept]),
+            f"{prefix}channels": _text_array([w.channel for w in kept]),
+            f"{prefix}values": _bytea_array([w.value for w in kept]),
         }
 
     def _write_writes(self, rows: list[WriteRow], overwrite: bool,
