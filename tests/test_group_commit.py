@@ -87,6 +87,32 @@ def test_announced_writes_are_committed_with_the_child(store: Store,
     assert counted["alone"] == (0 if groups else 1)
 
 
+def test_grouped_writes_keep_any_text(store: Store, counted: dict[str, int]) -> None:
+    """Writes committed with their child checkpoint come back as written, whatever their
+    channel names, task id and path hold (the PostgreSQL backend binds them, and the
+    child's channel names, as array literals of its own in one client-side statement)."""
+    parent = _parent(store, "r")
+    names = ['"q"', "back\\slash", "{b},c", "NULL", "été", "nl\n"]
+    values: list[Any] = [b"\x00\\\"", None, {"k": ['"', "\\"]}, "", 2**70, "x"]
+    task = 'task "t" \\ {1}'
+    groups = store.expect_writes("r", parent, task)
+    thread, errors = _in_thread(lambda: store.put_writes(
+        "r", parent, task, list(zip(range(6), names, values, strict=True)), task_path="a, {b}"))
+    if groups:
+        _until_held(store)
+    store.put_checkpoint("r", "c", parent_id=parent,
+                         new_values={n: (f"v{i}", i) for i, n in enumerate(names)})
+    thread.join()
+    assert errors == []
+    found = store.get_checkpoint("r", parent)
+    assert found is not None
+    assert [(w.task_id, w.idx, w.channel, w.value, w.task_path) for w in found.writes] == [
+        (task, i, n, v, "a, {b}") for i, (n, v) in enumerate(zip(names, values, strict=True))]
+    child = store.get_checkpoint("r", "c")
+    assert child is not None and child.values == {n: i for i, n in enumerate(names)}
+    assert counted["alone"] == (0 if groups else 1)
+
+
 def test_writes_no_checkpoint_takes_are_committed_alone(store: Store,
                                                         counted: dict[str, int]) -> None:
     """The step stopped (an interrupt, an error): no child comes; put_writes returns once

@@ -379,6 +379,22 @@ def test_writes_idempotent_and_overwrite(store: Store) -> None:
                     ("t1", 1, "b", "x", "p")]
 
 
+def test_pending_writes_round_trip_with_any_text(store: Store) -> None:
+    """Channel names, task ids and paths with quotes, backslashes, braces, commas, non-ASCII
+    and control characters, and empty, binary and large values, come back as written (the
+    PostgreSQL backend sends a step's writes as array literals of its own making)."""
+    put(store, "r", "c1")
+    names = ['"quoted"', "back\\slash", "{brace},comma", "NULL", "état 中", "tab\tnl\n", ""]
+    values: list[Any] = [b"", b"\x00\xff\\\"", "x" * 70_000, None, {"a": [1, "b"]}, 2**70, "é"]
+    store.put_writes("r", "c1", 'task "1" \\', list(zip(range(len(names)), names, values,
+                                                       strict=True)), task_path="p {x}, \"y\"")
+    got = store.get_checkpoint("r")
+    assert got is not None
+    assert [(w.idx, w.channel, w.value) for w in got.writes] == list(
+        zip(range(len(names)), names, values, strict=True))
+    assert {(w.task_id, w.task_path) for w in got.writes} == {('task "1" \\', 'p {x}, "y"')}
+
+
 def test_delete_copy_prune_executions(store: Store) -> None:
     put(store, "r", "c0", new_values={"x": ("1", "a")}, execution_id="e0")
     put(store, "r", "c1", "c0", new_values={"x": ("2", "b")}, execution_id="e1")
@@ -445,8 +461,10 @@ def test_unserialisable_value_writes_nothing(store: Store) -> None:
     with pytest.raises(SerializationError) as info:
         store.put_checkpoint("r", "c2", new_values={"x": ("2", {"ok": 1, "bad": [object()]})})
     assert info.value.path == "$.bad[0]" and info.value.type_name == "object"
-    with pytest.raises(SerializationError):
+    assert "channel 'x' of checkpoint 'c2' of run 'r'" in str(info.value)  # the record
+    with pytest.raises(SerializationError) as info:
         store.put_writes("r", "c1", "t", [(0, "a", 1), (1, "b", lambda: 1)])
+    assert "channel 'b' in write of task 't' on checkpoint 'c1' of run 'r'" in str(info.value)
     latest = store.get_checkpoint("r")
     assert latest is not None and latest.checkpoint_id == "c1" and latest.writes == []
 
