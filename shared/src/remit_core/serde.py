@@ -248,6 +248,7 @@ def _ext_hook(code: int, payload: bytes) -> Any:
 
 # msgpack's own timestamp ext (-1), which remit never writes, reads as a datetime
 _UNPACK: Final[dict[str, Any]] = {"ext_hook": _ext_hook, "strict_map_key": False, "timestamp": 3}
+_unpackb: Final = msgpack.unpackb
 
 # ------------------------------------------------------------------------------ class kinds
 
@@ -648,7 +649,9 @@ class Serde:
                 record=record,
             )
         try:
-            obj = msgpack.unpackb(memoryview(raw)[1:], **_UNPACK)
+            # (a short value is copied: cheaper than a memoryview of it)
+            obj = _unpackb(raw[1:] if len(raw) < 4096 else memoryview(raw)[1:],
+                           ext_hook=_ext_hook, strict_map_key=False, timestamp=3)
             t = type(obj)
             if t is list or t is dict or t is _Deferred:
                 obj = self._walk(obj, 0, record)

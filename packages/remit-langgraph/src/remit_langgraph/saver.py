@@ -819,7 +819,7 @@ def _to_tuple(ck: StoredCheckpoint) -> CheckpointTuple:
         "channel_values": {c: v for c, v in ck.values.items() if v is not EMPTY},
     })
     writes = ck.writes
-    if _writes_sort_key is not None:
+    if _writes_sort_key is not None and len(writes) > 1:
         key = _writes_sort_key
         writes = sorted(writes, key=lambda w: key(w.task_path, w.task_id, w.idx))
     return CheckpointTuple(

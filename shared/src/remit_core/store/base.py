@@ -1186,7 +1186,7 @@ class Store(ABC):
             metadata=_named(self.serde.decode, row.metadata,
                             "checkpoint {!r} of run {!r} (metadata)", row.checkpoint_id,
                             row.run_id),
-            versions=dict(row.versions), values=values, created_at=row.created_at, writes=writes,
+            versions=row.versions, values=values, created_at=row.created_at, writes=writes,
         )
 
     def _chunked(self, encoded: bytes, chunks: dict[bytes, bytes]) -> bytes:

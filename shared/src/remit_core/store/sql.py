@@ -419,6 +419,9 @@ class SqlStore(Store):
             f"SELECT checkpoint_id FROM {ck} WHERE run_id = {p('run')} AND ns = {p('ns')} "
             f"AND parent_id = {p('parent')} AND kind = {p('kind')} "
             f"AND checkpoint_id <> {p('cid')} LIMIT 1")
+        #: the conditions of _read_checkpoint: by run and namespace, and (True) by id too
+        latest = (f"c.run_id = {p('run')}", f"c.ns = {p('ns')}")
+        self._one_where = {False: latest, True: (*latest, f"c.checkpoint_id = {p('cid')}")}
 
     # ------------------------------------------------------------------------------- hooks
 
@@ -488,10 +491,7 @@ class SqlStore(Store):
 
     def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None,
                          with_writes: bool) -> Found | None:
-        p = self._d.p
-        where = [f"c.run_id = {p('run')}", f"c.ns = {p('ns')}"]
-        if checkpoint_id is not None:
-            where.append(f"c.checkpoint_id = {p('cid')}")
+        where = self._one_where[checkpoint_id is not None]
         found = self._checkpoints(where, {"run": run_id, "ns": ns, "cid": checkpoint_id}, 1,
                                   with_writes)
         return found[0] if found else None

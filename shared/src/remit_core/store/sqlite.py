@@ -441,17 +441,13 @@ class SqliteStore(sql.SqlStore):
                 f"SELECT {sql.CK_COLS} FROM remit_checkpoints AS c"
                 + (" WHERE " + " AND ".join(where) if where else "")
                 + " ORDER BY c.seq DESC LIMIT :limit")
+        if limit == 1 and self._memory_lock is None:  # get_checkpoint, on a file store
+            return self._one_checkpoint(query, args, with_writes)
         with self._tx(write=False) as conn:  # one transaction: one snapshot
             raw = conn.execute(query, {**args, "limit": -1 if limit is None else limit}
                                ).fetchall()
-            if len(raw) == 1:  # get_checkpoint: its blobs and writes by key
-                row = sql.checkpoint_row(raw[0], versions_from_json)
-                blobs = {ch: bytes(v) for ch, v in conn.execute(
-                    _BLOBS_OF_ONE, (raw[0][8], row.run_id, row.ns))}
-                writes = [sql.write_row(row, w) for w in conn.execute(
-                    _WRITES_OF_ONE, (row.run_id, row.ns, row.checkpoint_id))
-                ] if with_writes else []
-                return [(row, blobs, writes)]
+            if len(raw) == 1:  # one checkpoint: its blobs and writes by key
+                return [self._with_blobs(conn, raw[0], with_writes)]
             rows = [sql.checkpoint_row(r, versions_from_json) for r in raw]
             if not rows:
                 return []
@@ -466,6 +462,34 @@ class SqliteStore(sql.SqlStore):
         for _, _, writes in by_seq.values():  # (task_id, idx): SQLite's byte order, as str's
             writes.sort(key=lambda w: (w.task_id, w.idx))
         return list(by_seq.values())
+
+    def _one_checkpoint(self, query: str, args: Mapping[str, Any], with_writes: bool
+                        ) -> list[sql.Found]:
+        """At most one checkpoint with its blobs and writes, in one read transaction on this
+        thread's connection (the read path of every load, so written out: no context
+        managers around it)."""
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            raw = conn.execute(query, {**args, "limit": 1}).fetchone()
+            found = [] if raw is None else [self._with_blobs(conn, raw, with_writes)]
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return found
+
+    @staticmethod
+    def _with_blobs(conn: sqlite3.Connection, raw: Sequence[Any], with_writes: bool
+                    ) -> sql.Found:
+        """The checkpoint of ``raw`` (its columns) with its blobs and writes, read by key."""
+        row = sql.checkpoint_row(raw, versions_from_json)
+        blobs = {ch: bytes(v) for ch, v in conn.execute(
+            _BLOBS_OF_ONE, (raw[8], row.run_id, row.ns))}
+        writes = [sql.write_row(row, w) for w in conn.execute(
+            _WRITES_OF_ONE, (row.run_id, row.ns, row.checkpoint_id))] if with_writes else []
+        return row, blobs, writes
 
     def _write_writes(self, rows: list[WriteRow], overwrite: bool,
                       chunks: Mapping[bytes, bytes]) -> None:
