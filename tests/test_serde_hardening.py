@@ -113,6 +113,23 @@ def test_too_deep_is_refused_at_write_and_nothing_is_stored(
     assert store.list_runs() == []
 
 
+@pytest.mark.parametrize("value", [
+    msgpack.ExtType(1, b"2026-01-01T00:00:00"),  # reads as a datetime
+    {"a": msgpack.ExtType(1, b"x")},
+    [1, msgpack.ExtType(99, b"zz")],  # an unknown tag: unreadable
+    {"k": [{"deep": msgpack.ExtType(10, msgpack.packb(["m:C", {}]))}]},  # a model record
+], ids=["alone", "in-a-dict", "in-a-list", "nested"])
+def test_a_raw_msgpack_ext_record_is_refused_at_write(store: Store, value: Any) -> None:
+    """msgpack packs its own ExtType as an ext record: stored as it is, it would be read
+    back as one of remit's records (or not at all). It is refused by its path, small or
+    large, and nothing is stored."""
+    with pytest.raises(SerializationError, match="raw msgpack ExtType"):
+        encode(value)
+    with pytest.raises(SerializationError, match="raw msgpack ExtType"):
+        store.put_checkpoint("ext", "c1", new_values={"state": ("1", value)})
+    assert store.get_checkpoint("ext") is None
+
+
 def test_everything_below_the_limit_round_trips() -> None:
     nested_list: Any = 1
     for _ in range(MAX_DEPTH):

@@ -475,9 +475,11 @@ class Serde:
         except (TypeError, ValueError, OverflowError):
             pass  # something to rewrite first (a typed value, a subclass, a lone surrogate...)
         else:
+            # msgpack packed it as it is: plain data, unless a raw msgpack.ExtType is in it
+            # (the decoder would read it as one of remit's records, or refuse it) or it
+            # nests deeper than MAX_DEPTH; _plain_ok finds both (the slow path refuses them)
             t = type(value)
-            if len(packed) <= MAX_DEPTH or (t is not list and t is not dict) or \
-                    _plain_ok(value, MAX_DEPTH):  # (a level takes one byte at least)
+            if t in _SCALARS or ((t is list or t is dict) and _plain_ok(value, MAX_DEPTH)):
                 return _HEADER + packed
         try:
             try:
