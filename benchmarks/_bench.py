@@ -69,6 +69,36 @@ def size(n: float) -> str:
     return f"{n:.0f} B"
 
 
+# ================================================================================ null saver
+
+
+def null_saver() -> Any:
+    """A LangGraph checkpointer that stores nothing: its ``put`` and ``put_writes`` (and
+    their async twins) return at once. A graph run on it costs what LangGraph's loop costs
+    with a checkpointer (checkpoints made, copied and handed over, writes submitted) and
+    nothing of any saver's own work: the part of a step no saver can remove."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    class NullSaver(InMemorySaver):
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            conf = config["configurable"]
+            return {"configurable": {"thread_id": conf["thread_id"],
+                                     "checkpoint_ns": conf.get("checkpoint_ns", ""),
+                                     "checkpoint_id": checkpoint["id"]}}
+
+        def put_writes(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        async def aput(self, config: Any, checkpoint: Any, metadata: Any,
+                       new_versions: Any) -> Any:
+            return self.put(config, checkpoint, metadata, new_versions)
+
+        async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    return NullSaver()
+
+
 # ===================================================================================== timing
 
 

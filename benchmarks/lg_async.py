@@ -28,7 +28,17 @@ import time
 import uuid
 from typing import Any
 
-from _bench import PG_URL, Row, pg_available, pg_schema, pg_url, private_redis, reps, us
+from _bench import (
+    PG_URL,
+    Row,
+    null_saver,
+    pg_available,
+    pg_schema,
+    pg_url,
+    private_redis,
+    reps,
+    us,
+)
 from lg import Small, linear_graph
 
 from remit_langgraph import RemitSaver
@@ -111,6 +121,32 @@ async def wave(graph: Any, runs: int) -> tuple[float, float, int]:
     return runs / elapsed, _p99(lags), len(lags)
 
 
+async def paced_wave(graph: Any, runs: int, rate: float) -> tuple[float, int]:
+    """``runs`` ainvoke started one every ``1 / rate`` seconds (an open load, as requests
+    reach a server), each on a fresh thread: (the ticker's lag p99 in s while they run,
+    its samples). At a rate below what the loop can do, the loop is not saturated."""
+    lags: list[float] = []
+    stop = asyncio.Event()
+    tick = asyncio.create_task(_ticker(lags, stop))
+    started: list[asyncio.Task[Any]] = []
+    t0 = time.perf_counter()
+    for i in range(runs):
+        started.append(asyncio.create_task(graph.ainvoke(
+            {"count": 0, "label": "bench"},
+            {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": STEPS + 50},
+            durability="sync")))
+        await asyncio.sleep(max(0.0, t0 + (i + 1) / rate - time.perf_counter()))
+    outs = await asyncio.gather(*started)
+    stop.set()
+    await tick
+    assert all(o["count"] == STEPS for o in outs), outs[:3]
+    return _p99(lags), len(lags)
+
+
+PACE = 0.8
+"""The open load's rate, as a share of the stock side's closed-wave runs/s."""
+
+
 async def _idle_lag(seconds: float) -> float:
     lags: list[float] = []
     stop = asyncio.Event()
@@ -150,6 +186,7 @@ async def _measure(urls: dict[str, str], stock_search_path: str, n: int,
         for backend, url in urls.items():
             saver = await stack.enter_async_context(RemitSaver.from_conn_string(url))
             graphs[backend] = builder.compile(checkpointer=saver)
+        graphs["null"] = builder.compile(checkpointer=null_saver())
         idle = await _idle_lag(1.0)
         names = list(graphs)
         got: dict[int, dict[str, dict[str, list[float]]]] = {}
@@ -168,13 +205,24 @@ async def _measure(urls: dict[str, str], stock_search_path: str, n: int,
                     samples[k]["rate"].append(rate)
                     samples[k]["lag"].append(lag)
                     samples[k]["ticks"].append(ticks)
+            # the same runs as an open load at PACE x the stock side's rate, equal for all
+            rate = PACE * statistics.median(samples["stock"]["rate"])
+            for k in names:
+                samples[k]["paced_lag"], samples[k]["paced_ticks"] = [], []
+            for r in range(n):
+                for k in names if r % 2 == 0 else list(reversed(names)):
+                    retries.side = full_gc.side = f"{k}@{runs}/paced"
+                    lag, ticks = await paced_wave(graphs[k], runs, rate)
+                    samples[k]["paced_lag"].append(lag)
+                    samples[k]["paced_ticks"].append(ticks)
+            samples["stock"]["pace"] = [rate]
             got[runs] = samples
             peak = max(peak, await _pg_clients())
         return {"waves": got, "idle": idle, "peak": peak}
 
 
-def _pauses(full_gc: _FullGC, side: str, runs: int) -> str:
-    got = full_gc.pauses.get(f"{side}@{runs}", [])
+def _pauses(full_gc: _FullGC, side: str, runs: int, mode: str = "") -> str:
+    got = full_gc.pauses.get(f"{side}@{runs}{mode}", [])
     return f"{len(got)}" + (f" (longest {us(max(got))})" if got else "")
 
 
@@ -255,7 +303,24 @@ def item3(backends: list[str]) -> list[Row]:
                 "AsyncPostgresSaver's side "
                 f"{'meets' if stock_lag <= 0.005 else 'misses'} ≤ 5 ms"
                 + (f"; the idle loop's p99 (the ticker alone): {us(got['idle'])}"
-                   if first else "")))
+                   if first else "")
+                + f"; LangGraph with a checkpointer that stores nothing (no I/O, the loop "
+                f"saturated by LangGraph alone): {statistics.median(samples['null']['rate']):.0f}"
+                f" runs/s, lag p99 {us(statistics.median(samples['null']['lag']))}"))
+            pace = samples["stock"]["pace"][0]
+            paced = statistics.median(samples[backend]["paced_lag"])
+            rows.append(Row(
+                "3", f"{runs} ainvoke arriving at {pace:.0f}/s ({PACE}x AsyncPostgresSaver's "
+                "runs/s, the same for both): event-loop lag p99", backend, us(paced),
+                f"{us(statistics.median(samples['stock']['paced_lag']))} (AsyncPostgresSaver)",
+                None, "(no target)", None,
+                f"an open load: one run started every {1e3 / pace:.1f} ms; median of {n} "
+                f"waves; ticker samples per wave (median): remit "
+                f"{statistics.median(samples[backend]['paced_ticks']):.0f}, "
+                f"AsyncPostgresSaver {statistics.median(samples['stock']['paced_ticks']):.0f}; "
+                f"full (gen 2) GC pauses: remit {_pauses(full_gc, backend, runs, '/paced')}, "
+                f"AsyncPostgresSaver {_pauses(full_gc, 'stock', runs, '/paced')}; the checkpointer "
+                f"that stores nothing: {us(statistics.median(samples['null']['paced_lag']))}"))
             first = False
     return rows
 
