@@ -623,6 +623,32 @@ def test_a_seam_undone_after_import_is_refused_not_ignored(
     assert graph.get_state(config).next == ("ask",)  # nothing was resumed
 
 
+@pytest.mark.parametrize("seam", [f"{c.__qualname__}.{n}" for c, n in _seam._WRAPPED]
+                         + ["create_checkpoint"])
+def test_every_seam_replaced_after_a_passing_check_is_refused(
+        seam: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check on every load compares the wrappers it last verified by identity: a seam
+    replaced after that (on the class that holds it, or shadowed by a subclass that
+    getattr finds first) still fails it, each named."""
+    import inspect
+
+    _seam.verify()  # passes, and records what it saw
+    if seam == "create_checkpoint":
+        where: Any = _seam._loop_mod
+        name = "create_checkpoint"
+        monkeypatch.setattr(where, name, inspect.unwrap(getattr(where, name)))
+        expected = "create_checkpoint"
+    else:
+        cls, name = next((c, n) for c, n in _seam._WRAPPED if f"{c.__qualname__}.{n}" == seam)
+        monkeypatch.setattr(cls, name, inspect.unwrap(vars(cls).get(name, getattr(cls, name))))
+        expected = f"{cls.__qualname__}.{name}"
+    with pytest.raises(_seam.LangGraphSeamError, match="replaced") as info:
+        _seam.verify()
+    assert expected in str(info.value)
+    monkeypatch.undo()
+    _seam.verify()  # the wrappers back: it passes again
+
+
 def test_a_loop_entering_unseen_is_refused(saver: RemitSaver,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A release whose loop loads its checkpoint outside the entering context (say, on

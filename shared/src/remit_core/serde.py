@@ -246,9 +246,10 @@ def _ext_hook(code: int, payload: bytes) -> Any:
     return leaf(payload)
 
 
-# msgpack's own timestamp ext (-1), which remit never writes, reads as a datetime
-_UNPACK: Final[dict[str, Any]] = {"ext_hook": _ext_hook, "strict_map_key": False, "timestamp": 3}
-_unpackb: Final = msgpack.unpackb
+def _unpack(packed: bytes | memoryview) -> Any:
+    """One msgpack document, with remit's ext records (leaves decoded, the rest deferred).
+    msgpack's own timestamp ext (-1), which remit never writes, reads as a datetime."""
+    return msgpack.unpackb(packed, ext_hook=_ext_hook, strict_map_key=False, timestamp=3)
 
 # ------------------------------------------------------------------------------ class kinds
 
@@ -652,8 +653,7 @@ class Serde:
             )
         try:
             # (a short value is copied: cheaper than a memoryview of it)
-            obj = _unpackb(raw[1:] if len(raw) < 4096 else memoryview(raw)[1:],
-                           ext_hook=_ext_hook, strict_map_key=False, timestamp=3)
+            obj = _unpack(raw[1:] if len(raw) < 4096 else memoryview(raw)[1:])
             t = type(obj)
             if t is list or t is dict or t is _Deferred:
                 obj = self._walk(obj, 0, record)
@@ -735,7 +735,7 @@ class Serde:
         if level >= MAX_DEPTH:
             raise _TooDeep
         # a new unpack, called from this loop: never nested inside the unpack that found it
-        inner = msgpack.unpackb(deferred.payload, **_UNPACK)
+        inner = _unpack(deferred.payload)
         if code in (_TUPLE, _SET, _FROZENSET):
             if type(inner) is not list:
                 raise ValueError(f"malformed ext record (tag {code})")

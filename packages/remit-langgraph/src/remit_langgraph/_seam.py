@@ -725,8 +725,9 @@ _WRAPPED = ((Pregel, "stream"), (Pregel, "astream"),
             (Pregel, "get_state_history"), (Pregel, "aget_state_history"))
 
 
-#: each seam of _WRAPPED as the wrapper found it when verify() last passed: the namespace
-#: that holds it and the wrapper itself (a load checks these by identity, at dict speed)
+#: what verify() last saw pass, by identity (checked at dict speed on every load): for each
+#: seam, the namespace of each class of the MRO down to the one that holds the wrapper,
+#: with None for those that must not define the name and the wrapper for that one
 _verified: list[tuple[Mapping[str, Any], str, Any]] = []
 
 
@@ -747,15 +748,12 @@ def verify() -> None:
     if not getattr(getattr(_loop_mod, "create_checkpoint", None), "__remit__", False):
         raise LangGraphSeamError("langgraph.pregel._loop.create_checkpoint",
                                  "was replaced after remit-langgraph wrapped it")
-    # every seam is remit's wrapper: remember where each is found (a class's own dict, or
-    # the first class of its MRO that has it), so the next loads check identities only
     found = []
     for cls, name in _WRAPPED:
-        owner = next(c for c in cls.__mro__ if name in vars(c))
-        found.append((vars(cls) if name in vars(cls) else vars(owner), name,
-                      vars(owner)[name]))
-        # (a subclass that later defines the name shadows the owner's: checked below)
-        if owner is not cls:
-            found.append((vars(cls), name, None))
+        for c in cls.__mro__:  # as getattr finds it: a class before the holder shadows it
+            held = vars(c).get(name)
+            found.append((vars(c), name, held))
+            if held is not None:
+                break
     found.append((vars(_loop_mod), "create_checkpoint", vars(_loop_mod)["create_checkpoint"]))
     _verified[:] = found
