@@ -100,34 +100,15 @@ def _p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
 
 
-async def wave(graph: Any, runs: int) -> tuple[float, float, int]:
-    """``runs`` concurrent ainvoke, each on a fresh thread: (runs/s, lag p99 in s, the
-    ticker's samples)."""
+async def wave(graph: Any, runs: int, rate: float | None = None) -> tuple[float, float, int]:
+    """``runs`` ainvoke, each on a fresh thread: all at once (a closed wave), or with
+    ``rate`` one every ``1 / rate`` seconds (an open load, as requests reach a server;
+    below what the loop can do, it is not saturated). (runs/s, lag p99 in s, the ticker's
+    samples)."""
     lags: list[float] = []
     stop = asyncio.Event()
     tick = asyncio.create_task(_ticker(lags, stop))
     await asyncio.sleep(0)
-    t0 = time.perf_counter()
-    outs = await asyncio.gather(*(
-        graph.ainvoke({"count": 0, "label": "bench"},
-                      {"configurable": {"thread_id": uuid.uuid4().hex},
-                       "recursion_limit": STEPS + 50},
-                      durability="sync")
-        for _ in range(runs)))
-    elapsed = time.perf_counter() - t0
-    stop.set()
-    await tick
-    assert all(o["count"] == STEPS for o in outs), outs[:3]
-    return runs / elapsed, _p99(lags), len(lags)
-
-
-async def paced_wave(graph: Any, runs: int, rate: float) -> tuple[float, int]:
-    """``runs`` ainvoke started one every ``1 / rate`` seconds (an open load, as requests
-    reach a server), each on a fresh thread: (the ticker's lag p99 in s while they run,
-    its samples). At a rate below what the loop can do, the loop is not saturated."""
-    lags: list[float] = []
-    stop = asyncio.Event()
-    tick = asyncio.create_task(_ticker(lags, stop))
     started: list[asyncio.Task[Any]] = []
     t0 = time.perf_counter()
     for i in range(runs):
@@ -135,12 +116,14 @@ async def paced_wave(graph: Any, runs: int, rate: float) -> tuple[float, int]:
             {"count": 0, "label": "bench"},
             {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": STEPS + 50},
             durability="sync")))
-        await asyncio.sleep(max(0.0, t0 + (i + 1) / rate - time.perf_counter()))
+        if rate is not None:
+            await asyncio.sleep(max(0.0, t0 + (i + 1) / rate - time.perf_counter()))
     outs = await asyncio.gather(*started)
+    elapsed = time.perf_counter() - t0
     stop.set()
     await tick
     assert all(o["count"] == STEPS for o in outs), outs[:3]
-    return _p99(lags), len(lags)
+    return runs / elapsed, _p99(lags), len(lags)
 
 
 PACE = 0.8
@@ -212,7 +195,7 @@ async def _measure(urls: dict[str, str], stock_search_path: str, n: int,
             for r in range(n):
                 for k in names if r % 2 == 0 else list(reversed(names)):
                     retries.side = full_gc.side = f"{k}@{runs}/paced"
-                    lag, ticks = await paced_wave(graphs[k], runs, rate)
+                    _, lag, ticks = await wave(graphs[k], runs, rate)
                     samples[k]["paced_lag"].append(lag)
                     samples[k]["paced_ticks"].append(ticks)
             samples["stock"]["pace"] = [rate]
