@@ -113,6 +113,43 @@ def test_grouped_writes_keep_any_text(store: Store, counted: dict[str, int]) -> 
     assert counted["alone"] == (0 if groups else 1)
 
 
+def test_grouped_writes_of_several_tasks_keep_or_replace_as_alone(
+        store: Store, counted: dict[str, int]) -> None:
+    """Several tasks' writes committed with one child checkpoint: each call keeps an
+    existing key, or replaces it with ``overwrite``, and a key repeated within a call keeps
+    its first value (its last with ``overwrite``), as the same calls committed alone do."""
+    parent = _parent(store, "r")
+    store.put_writes("r", parent, "keep", [(0, "a", "old")])  # not announced: alone
+    store.put_writes("r", parent, "replace", [(-1, "a", "old")])
+    calls: list[tuple[str, list[tuple[int, str, Any]], bool]] = [
+        ("keep", [(0, "a", "new"), (1, "b", "first"), (1, "b", "second")], False),
+        ("replace", [(-1, "a", "new"), (2, "b", "first"), (2, "b", "second")], True),
+        ("fresh", [(0, "c", [1, {"d": None}])], False),
+    ]
+    threads = []
+    for task, writes, overwrite in calls:
+        assert store.expect_writes("r", parent, task) is store.groups_writes
+        threads.append(_in_thread(lambda t=task, w=writes, o=overwrite: store.put_writes(
+            "r", parent, t, w, overwrite=o, task_path=f"path of {t}")))
+    if store.groups_writes:
+        Retrying(retry=retry_if_result(lambda n: n < len(calls)), stop=stop_after_delay(10),
+                 wait=wait_fixed(0.001), reraise=True)(lambda: sum(
+                     e.state == "staged" for group in store._groups._by_key.values()
+                     for e in group.values()))
+    store.put_checkpoint("r", "c", parent_id=parent, new_values={"a": ("2", 1)})
+    for thread, errors in threads:
+        thread.join()
+        assert errors == []
+    assert sorted(_writes_of(store, "r", parent)) == [
+        ("fresh", 0, [1, {"d": None}]), ("keep", 0, "old"), ("keep", 1, "first"),
+        ("replace", -1, "new"), ("replace", 2, "second")]
+    found = store.get_checkpoint("r", parent)
+    assert found is not None and sorted((w.task_id, w.idx, w.task_path) for w in found.writes) == [
+        ("fresh", 0, "path of fresh"), ("keep", 0, ""), ("keep", 1, "path of keep"),
+        ("replace", -1, "path of replace"), ("replace", 2, "path of replace")]
+    assert counted["alone"] == (2 if store.groups_writes else 2 + len(calls))
+
+
 def test_writes_no_checkpoint_takes_are_committed_alone(store: Store,
                                                         counted: dict[str, int]) -> None:
     """The step stopped (an interrupt, an error): no child comes; put_writes returns once

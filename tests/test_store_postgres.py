@@ -129,12 +129,21 @@ def test_schema_version_1_is_upgraded(pg_url: str, admin: psycopg.Connection[Any
     admin.execute(f'DROP TABLE "{schema}".remit_chunks')  # the version-1 layout
     admin.execute(f'DROP TABLE "{schema}".remit_lifecycle')  # (version 4)
     admin.execute(f'DROP INDEX "{schema}".remit_claims_lapsing')  # (version 5)
+    admin.execute(f'DROP FUNCTION "{schema}".remit_put_step')  # (version 7)
     admin.execute(f"UPDATE \"{schema}\".remit_meta SET value = '1' WHERE key = 'version'")
     big = bytes(range(256)) * 1000
     with open_store(pg_url) as s:
         assert s.get_checkpoint("r").values == {"x": 1}  # type: ignore[union-attr]
         s.put_checkpoint("r", "c2", parent_id="c1", new_values={"x": ("2", big)})
         assert s.usage("r")["chunks"] > 0 and s.get_checkpoint("r").values == {"x": big}  # type: ignore[union-attr]
+        s.put_checkpoint("r", "c3", parent_id="c2", new_values={"y": ("1", [1])})
+        assert s.get_checkpoint("r").values == {"y": [1]}  # type: ignore[union-attr]
+    # version 7: the step's write, a function resolving remit's tables in this schema
+    config = admin.execute(
+        "SELECT p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = %s AND p.proname = 'remit_put_step'", (schema,)).fetchall()
+    quoted = admin.execute("SELECT quote_ident(%s)", (schema,)).fetchone()
+    assert quoted is not None and config == [([f"search_path={quoted[0]}"],)]
     assert tables_in(admin, schema) == set(TABLES)
     version = admin.execute(f"SELECT value FROM \"{schema}\".remit_meta WHERE key = 'version'"
                             ).fetchone()
