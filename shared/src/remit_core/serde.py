@@ -66,6 +66,7 @@ import importlib.metadata
 import os
 import re
 import sys
+import threading
 import types
 import typing
 import uuid
@@ -135,9 +136,27 @@ def _qualname(cls: type) -> str:
     return name
 
 
+_PACKERS = threading.local()  # a Packer per thread (msgpack.packb makes one per call)
+
+
 def _pack(obj: Any) -> bytes:
-    packed: bytes = msgpack.packb(obj, strict_types=True)
+    try:
+        packer = _PACKERS.packer
+    except AttributeError:
+        packer = _PACKERS.packer = msgpack.Packer(strict_types=True)
+    # (no default hook: the pack calls no Python code, so it cannot re-enter this Packer;
+    # a failed pack leaves it empty)
+    packed: bytes = packer.pack(obj)
     return packed
+
+
+_new_tuple = tuple.__new__
+
+
+def _ext(code: int, data: bytes) -> Any:
+    """``msgpack.ExtType(code, data)`` without its type checks, for the encoder's own
+    records (an int tag, bytes)."""
+    return _new_tuple(msgpack.ExtType, (code, data))
 
 
 class _Refused(Exception):
@@ -576,7 +595,7 @@ class Serde:
         return out
 
     def _lower_other(self, v: Any, t: type, level: int, strict: bool, canonical: bool) -> Any:
-        ext = msgpack.ExtType
+        ext = _ext
         registered = self._by_type.get(t)
         if registered is not None:
             if level >= MAX_DEPTH:
