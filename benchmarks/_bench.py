@@ -99,6 +99,25 @@ def null_saver() -> Any:
     return NullSaver()
 
 
+def reference_saver() -> Any:
+    """LangGraph's in-memory checkpointer keeping every value by reference: no encoding, no
+    decoding, no I/O. Not a saver anyone could use (a later step may change what it
+    holds); a thread run on it costs what LangGraph's loop costs when it reads its state
+    back at each invoke: the part of a chat turn no saver can remove."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    class _ByReference:
+        def dumps_typed(self, obj: Any) -> tuple[str, Any]:
+            return ("reference", obj)
+
+        def loads_typed(self, data: tuple[str, Any]) -> Any:
+            return data[1]
+
+    saver = InMemorySaver()
+    saver.serde = _ByReference()  # type: ignore[assignment]
+    return saver
+
+
 # ===================================================================================== timing
 
 
