@@ -107,25 +107,15 @@ MIGRATIONS: list[str] = [
         PERFORM pg_advisory_xact_lock(p_lock);
         FOR i IN 1 .. coalesce(array_length(g_tasks, 1), 0) LOOP
             hi := lo + g_counts[i] - 1;
-            IF g_overwrite[i] THEN
-                INSERT INTO remit_writes (run_id, ns, checkpoint_id, task_id, idx, channel,
-                                          value, task_path)
-                SELECT p_run, p_ns, g_cids[i], g_tasks[i], u.idx, u.channel, u.value,
-                       g_paths[i]
-                FROM unnest(w_idxs[lo:hi], w_channels[lo:hi], w_values[lo:hi])
-                    AS u(idx, channel, value)
-                ON CONFLICT (run_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
-                    channel = excluded.channel, value = excluded.value,
-                    task_path = excluded.task_path;
-            ELSE
-                INSERT INTO remit_writes (run_id, ns, checkpoint_id, task_id, idx, channel,
-                                          value, task_path)
-                SELECT p_run, p_ns, g_cids[i], g_tasks[i], u.idx, u.channel, u.value,
-                       g_paths[i]
-                FROM unnest(w_idxs[lo:hi], w_channels[lo:hi], w_values[lo:hi])
-                    AS u(idx, channel, value)
-                ON CONFLICT (run_id, ns, checkpoint_id, task_id, idx) DO NOTHING;
-            END IF;
+            -- a key the store has is replaced only by a call that overwrites
+            INSERT INTO remit_writes (run_id, ns, checkpoint_id, task_id, idx, channel, value,
+                                      task_path)
+            SELECT p_run, p_ns, g_cids[i], g_tasks[i], u.idx, u.channel, u.value, g_paths[i]
+            FROM unnest(w_idxs[lo:hi], w_channels[lo:hi], w_values[lo:hi])
+                AS u(idx, channel, value)
+            ON CONFLICT (run_id, ns, checkpoint_id, task_id, idx) DO UPDATE SET
+                channel = excluded.channel, value = excluded.value, task_path = excluded.task_path
+            WHERE g_overwrite[i];
             lo := hi + 1;
         END LOOP;
         INSERT INTO remit_blobs (run_id, ns, channel, version, value)
