@@ -431,8 +431,9 @@ class PostgresStore(sql.SqlStore):
             f"INSERT INTO {t.ch} (run_id, digest, value) SELECT %(run)s::text, u.d, u.v "
             "FROM unnest(%(digests)s::bytea[], %(chunks)s::bytea[]) AS u(d, v) "
             "ON CONFLICT DO NOTHING")
-        # One statement: the absent blobs, the run, the checkpoint (upsert keeps seq).
-        # a step's write (migration 7's function); the arrays bound as literals
+        # a step's write, one statement (migration 7's function): the run's lock, the
+        # grouped writes, the absent blobs, the run, the checkpoint (an upsert keeps its
+        # seq); the arrays bound as literals
         self._put_step_sql = (
             f"SELECT \"{schema}\".remit_put_step(%(lock)s::bigint, %(run)s::text, %(ns)s::text, "
             "%(cid)s::text, %(parent)s::text, %(kind)s::text, %(execution)s::text, "
