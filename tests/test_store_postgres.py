@@ -489,3 +489,37 @@ def test_a_pool_that_cannot_serve_its_threads_or_fit_the_server_is_warned_about(
             recover_runs(small, lambda run: None, framework="nothing-here", concurrency=4)
     assert [r.getMessage() for r in caplog.records].count(
         f"remit: {warning}") == 1
+
+
+def test_async_connection_left_in_a_transaction_is_closed_not_reused(pg_url: str) -> None:
+    """Under remit_core.aio.run, a connection given back in a transaction (an operation
+    cut short) is closed, and the next operation gets another one."""
+    from remit_core import aio
+
+    def leave_in_transaction(s: PostgresStore) -> tuple[Any, int]:
+        with s._conn() as conn:
+            conn.execute("BEGIN")
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+            return conn._a, int(row[0])  # type: ignore[attr-defined]
+
+    def backend_pid(s: PostgresStore) -> int:
+        with s._conn() as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+            return int(row[0])
+
+    async def main() -> None:
+        with open_store(pg_url) as s:
+            assert isinstance(s, PostgresStore)
+            kept = await aio.run(backend_pid, s)
+            assert await aio.run(backend_pid, s) == kept  # an idle connection is reused
+            left, pid = await aio.run(leave_in_transaction, s)
+            assert pid == kept and left.closed
+            assert await aio.run(backend_pid, s) != pid
+            s.put_checkpoint("r", "c1", new_values={"x": ("1", 1)})
+            got = await s.aget_checkpoint("r", "c1")
+            assert got is not None and got.values == {"x": 1}
+            await s.aclose()
+
+    import asyncio
+
+    asyncio.run(main())

@@ -159,35 +159,63 @@ def sleep(seconds: float) -> None:
 class Signal:
     """A one-shot flag that a thread, or sync code under :func:`run`, waits for with a
     timeout, and that any thread sets (a ``threading.Event`` that does not block the loop
-    of a coroutine waiting for it)."""
+    of a coroutine waiting for it).
+
+    Its event and its list of waiting futures are made by the first waiter that needs
+    them: one signal is made per task write awaiting its checkpoint, and under
+    :func:`run` the objects live while it waits (on a loop with hundreds of runs, what
+    lives across waits is what the garbage collector's full collections walk)."""
+
+    __slots__ = ("_event", "_futures", "_lock", "_set")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._event = threading.Event()
-        self._futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._set = False
+        self._event: threading.Event | None = None
+        self._futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] | None \
+            = None
 
     def set(self) -> None:
         with self._lock:
-            self._event.set()
-            futures, self._futures = self._futures, []
+            self._set = True
+            event, futures, self._futures = self._event, self._futures, None
+        if event is not None:
+            event.set()
+        if not futures:
+            return
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
         for owner, future in futures:
+            if owner is here:  # set on the waiter's own loop thread: no wake-up needed
+                _resolve(future)
+                continue
             with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
                 owner.call_soon_threadsafe(_resolve, future)
 
     def wait(self, timeout: float | None) -> bool:
         """True once set; False if ``timeout`` seconds passed first."""
         if not bridged():
-            return self._event.wait(timeout)
+            with self._lock:
+                if self._set:
+                    return True
+                if self._event is None:
+                    self._event = threading.Event()
+                event = self._event
+            return event.wait(timeout)
         owner = loop()
         with self._lock:
-            if self._event.is_set():
+            if self._set:
                 return True
             future: asyncio.Future[None] = owner.create_future()
+            if self._futures is None:
+                self._futures = []
             self._futures.append((owner, future))
         try:
             wait(_within(future, timeout))
         except TimeoutError:
-            return self._event.is_set()
+            return self._set
         return True
 
 

@@ -394,56 +394,40 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         *,
         from_update: bool,
     ) -> RunnableConfig:
+        # (no closure or comprehension over this frame's names: on Python 3.11 each would
+        # make its names cells, and under remit_core.aio.run they live while the write
+        # waits for the server)
         thread_id, ns = _thread_and_ns(config)
         self._adopt(thread_id)
         serde = self.store.serde
         values = checkpoint.get("channel_values", {})
         if from_update and config["configurable"].get(FORK_FLAG):
             fork_id = derive_fork_id(thread_id, ns, config["configurable"].get("checkpoint_id"),
-                                     metadata, {ch: values[ch] for ch in new_versions
-                                                if ch in values}, serde=serde)
+                                     metadata, _written(values, new_versions), serde=serde)
             answer: RunnableConfig = {"configurable": {
                 "thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": fork_id}}
             if self.store.get_checkpoint(thread_id, fork_id, ns=ns, with_writes=False):
                 return answer  # FD: a repeated fork request is idempotent
             checkpoint = cast(Checkpoint, {**checkpoint, "id": fork_id})
         versions = checkpoint["channel_versions"]
-        # the versions are stored once, as the store's own column (LangGraph's are
-        # strings); a saver that hands over ints or floats keeps them in data as given
-        exact = _STR.issuperset(map(type, versions.values()))
-        data = {k: v for k, v in checkpoint.items()
-                if k != "channel_values" and (k != "channel_versions" or not exact)}
         stored_metadata = get_checkpoint_metadata(config, metadata)
         execution_id = stored_metadata.get("run_id")
-        schema = self._schema
         parent_id = config["configurable"].get("checkpoint_id")
         self._refuse_child_of_refused(thread_id, ns, parent_id, refusing=checkpoint["id"])
-
-        def validate() -> None:
-            assert schema is not None
-            try:
-                schema.check_state({ch: values[ch] for ch in new_versions if ch in values},
-                                   run_id=thread_id, step=f"step {stored_metadata.get('step')}")
-            except StateValidationError as exc:
-                error = self._node_error((thread_id, ns, str(parent_id)), exc)
-                self._remember_refused(self._refused_checkpoints,
-                                       (thread_id, ns, checkpoint["id"]), error)
-                raise error from None
         self.store.put_checkpoint(
             thread_id,
             checkpoint["id"],
             ns=ns,
-            parent_id=config["configurable"].get("checkpoint_id"),
+            parent_id=parent_id,
             kind=str(stored_metadata.get("source", "loop")),
-            data=data,
+            data=_stored_data(checkpoint),
             metadata=stored_metadata,
             versions=versions,  # (the store stores each as str(version))
-            new_values={
-                ch: (str(version), storable(values[ch], serde) if ch in values else EMPTY)
-                for ch, version in new_versions.items()
-            },
+            new_values=_new_values(values, new_versions),
             execution_id=None if execution_id is None else str(execution_id),
-            validate=None if schema is None else validate,
+            validate=None if self._schema is None else functools.partial(
+                self._check_state, values, new_versions, thread_id, ns, parent_id,
+                checkpoint["id"], stored_metadata.get("step")),
         )
         self._gate.after_put(dict(config))
         return {
@@ -453,6 +437,21 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
                 "checkpoint_id": checkpoint["id"],
             }
         }
+
+    def _check_state(self, values: Mapping[str, Any], new_versions: ChannelVersions,
+                     thread_id: str, ns: str, parent_id: Any, checkpoint_id: str,
+                     step: Any) -> None:
+        """CV for :meth:`put`: the channels a checkpoint writes, against the graph's schema;
+        a refusal is remembered for the checkpoint's children and names the node."""
+        assert self._schema is not None
+        try:
+            self._schema.check_state(_written(values, new_versions), run_id=thread_id,
+                                     step=f"step {step}")
+        except StateValidationError as exc:
+            error = self._node_error((thread_id, ns, str(parent_id)), exc)
+            self._remember_refused(self._refused_checkpoints, (thread_id, ns, checkpoint_id),
+                                   error)
+            raise error from None
 
     def put_writes(
         self,
@@ -468,35 +467,36 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         replaces them (a later interrupt or error supersedes the earlier one); any
         other call keeps what is stored, so a repeat never duplicates.
         """
+        # (no closure over this frame's names: see _put)
         thread_id, ns = _thread_and_ns(config)
         self._adopt(thread_id)
-        serde = self.store.serde
-        schema = self._schema
         checkpoint_id = str(config["configurable"]["checkpoint_id"])
         self._refuse_child_of_refused(thread_id, ns, checkpoint_id, refusing=None)
-
-        def validate() -> None:
-            assert schema is not None
-            try:
-                schema.check_writes(writes, run_id=thread_id, node=_node_of(task_path, task_id),
-                                    current=lambda: self._values_at(thread_id, ns, checkpoint_id))
-            except StateValidationError as exc:
-                self._remember_refused(self._refused, (thread_id, ns, checkpoint_id), exc)
-                raise
         self.store.put_writes(
             thread_id,
             config["configurable"]["checkpoint_id"],
             task_id,
-            [
-                (WRITES_IDX_MAP.get(channel, idx), channel, storable(value, serde))
-                for idx, (channel, value) in enumerate(writes)
-            ],
+            _indexed(writes),
             ns=ns,
             task_path=task_path,
             overwrite=all(channel in WRITES_IDX_MAP for channel, _ in writes),
-            validate=None if schema is None else validate,
+            validate=None if self._schema is None else functools.partial(
+                self._check_writes, writes, thread_id, ns, checkpoint_id, task_path, task_id),
         )
         self._gate.after_writes(dict(config), task_id, writes)
+
+    def _check_writes(self, writes: Sequence[tuple[str, Any]], thread_id: str, ns: str,
+                      checkpoint_id: str, task_path: str, task_id: str) -> None:
+        """CV for :meth:`put_writes`: one task's writes, against the graph's schema; a
+        refusal is remembered for the checkpoint that the loop stores next."""
+        assert self._schema is not None
+        try:
+            self._schema.check_writes(
+                writes, run_id=thread_id, node=_node_of(task_path, task_id),
+                current=functools.partial(self._values_at, thread_id, ns, checkpoint_id))
+        except StateValidationError as exc:
+            self._remember_refused(self._refused, (thread_id, ns, checkpoint_id), exc)
+            raise
 
     @staticmethod
     def _remember_refused(table: dict[tuple[str, str, str], StateValidationError],
@@ -802,6 +802,34 @@ def _made_before(store: Store, thread_id: str, ns: str,
         if len(page) < _PAGE:
             return
         page_before = page[-1].checkpoint_id
+
+
+def _indexed(writes: Sequence[tuple[str, Any]]) -> list[tuple[int, str, Any]]:
+    """One task's writes as ``put_writes`` takes them: regular writes at their position,
+    special channels at their fixed negative index."""
+    return [(WRITES_IDX_MAP.get(channel, idx), channel, storable(value))
+            for idx, (channel, value) in enumerate(writes)]
+
+
+def _written(values: Mapping[str, Any], new_versions: ChannelVersions) -> dict[str, Any]:
+    """The values of the channels a checkpoint writes (those it has a value for)."""
+    return {ch: values[ch] for ch in new_versions if ch in values}
+
+
+def _new_values(values: Mapping[str, Any], new_versions: ChannelVersions
+                ) -> dict[str, tuple[str, Any]]:
+    """``put_checkpoint``'s ``new_values``: each written channel's version and value."""
+    return {ch: (str(version), storable(values[ch]) if ch in values else EMPTY)
+            for ch, version in new_versions.items()}
+
+
+def _stored_data(checkpoint: Checkpoint) -> dict[str, Any]:
+    """The checkpoint without its values (stored apart). The versions are stored once, as
+    the store's own column (LangGraph's are strings); a saver that hands over ints or
+    floats keeps them in data as given."""
+    exact = _STR.issuperset(map(type, checkpoint["channel_versions"].values()))
+    return {k: v for k, v in checkpoint.items()
+            if k != "channel_values" and (k != "channel_versions" or not exact)}
 
 
 def _matches(metadata: Any, query: Mapping[str, Any]) -> bool:

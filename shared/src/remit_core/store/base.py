@@ -307,8 +307,19 @@ class Store(ABC):
         self._admit(fn)
         try:
             return self._run(fn, *args, **kwargs)
+        except Exception as exc:
+            instead = self._exhausted(exc)
+            if instead is None:
+                raise
+            raise instead from exc
         finally:
             self._leave()
+
+    def _exhausted(self, exc: Exception) -> BaseException | None:
+        """The error to raise instead of ``exc``, which ended an operation (after its
+        retries, if it was transient): a backend's :class:`StoreUnavailable` for a server
+        it could not reach. None: ``exc`` itself."""
+        return None
 
     def _admit(self, fn: Callable[..., Any]) -> None:
         """Count an operation in flight, or refuse it (store read-only or closed)."""
@@ -346,7 +357,15 @@ class Store(ABC):
         except Exception as exc:
             if not self._is_transient(exc):
                 raise
-            failed: list[BaseException] = [exc]
+            first = exc
+        return self._retried(first, fn, *args, **kwargs)  # (outside the handler, as before)
+
+    def _retried(self, exc: BaseException, fn: Callable[P, T], *args: P.args,
+                 **kwargs: P.kwargs) -> T:
+        """The retry policy, taking over after the first attempt failed with ``exc``
+        (kept apart from :meth:`_attempts`: its closure's cells would be made on every
+        call, and under :func:`remit_core.aio.run` they live while the call waits)."""
+        failed: list[BaseException] = [exc]
 
         def attempt(*a: P.args, **k: P.kwargs) -> T:
             if failed:
@@ -502,12 +521,13 @@ class Store(ABC):
             created_at=0.0,
         )
         chunks: dict[bytes, bytes] = {}
-        blobs = [
-            BlobRow(run_id, ns, channel, str(version), self._chunked(_named(
+        blobs = []
+        for channel, (version, value) in new_values.items():  # (a loop, not a comprehension:
+            # on Python 3.11 that would make this frame's names cells, which live while the
+            # write waits under remit_core.aio.run)
+            blobs.append(BlobRow(run_id, ns, channel, str(version), self._chunked(_named(
                 encode, value, "channel {!r} of checkpoint {!r} of run {!r}", channel,
-                checkpoint_id, run_id), chunks))
-            for channel, (version, value) in new_values.items()
-        ]
+                checkpoint_id, run_id), chunks)))
         # group commit: pending writes a loop announced against the parent go in this
         # transaction (remit_core.store.groups)
         grouped = (self._groups.take((run_id, ns, parent_id))
@@ -604,24 +624,28 @@ class Store(ABC):
             validate()
         encode = self.serde.encode
         chunks: dict[bytes, bytes] = {}
-        rows = [
-            WriteRow(run_id, ns, checkpoint_id, task_id, idx, channel, self._chunked(_named(
-                encode, value, "channel {!r} in write of task {!r} on checkpoint {!r} of run "
-                "{!r}", channel, task_id, checkpoint_id, run_id), chunks), task_path)
-            for idx, channel, value in writes
-        ]
+        rows = []
+        for idx, channel, value in writes:  # (a loop: see put_checkpoint)
+            rows.append(WriteRow(run_id, ns, checkpoint_id, task_id, idx, channel, self._chunked(
+                _named(encode, value, "channel {!r} in write of task {!r} on checkpoint {!r} "
+                       "of run {!r}", channel, task_id, checkpoint_id, run_id), chunks),
+                task_path))
         if not rows:
             return
         self._admit(self._write_writes)
         try:
-            def alone() -> None:
-                self._run(self._write_writes, rows, overwrite, chunks)
+            alone = functools.partial(self._write_alone, rows, overwrite, chunks)
             # announced writes wait for their checkpoint (group commit); others go now
             if not (self._groups and self._groups.put((run_id, ns, checkpoint_id), task_id,
                                                       rows, overwrite, chunks, alone)):
                 alone()
         finally:
             self._leave()
+
+    def _write_alone(self, rows: list[WriteRow], overwrite: bool,
+                     chunks: dict[bytes, bytes]) -> None:
+        """One task's writes in their own transaction (no checkpoint takes them along)."""
+        self._run(self._write_writes, rows, overwrite, chunks)
 
     def expect_writes(self, run_id: str, checkpoint_id: str, task_id: str, *,
                       ns: str = "", background: bool = False) -> bool:

@@ -23,8 +23,8 @@ import hashlib
 import os
 import re
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, ParamSpec, TypeVar, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, cast
 from urllib.parse import SplitResult, urlencode, urlunsplit
 
 import psycopg
@@ -44,9 +44,6 @@ from remit_core.store.options import Parsed, known_options, option
 from remit_core.store.sql import TABLES
 from remit_core.urls import mask_url, password_hint, url_secrets
 from remit_core.urls import scrub as _scrub
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 AConn = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -233,8 +230,38 @@ class _Connection:
         return aio.entered(self._a.transaction())
 
 
+class _Borrowed:
+    """A connection of the loop's pool (``PostgresStore._conn`` under :func:`aio.run`) as
+    a sync context manager. A class, not generator-based managers: those would make
+    several objects per operation, which live while it waits for the server and, with
+    hundreds of runs on one loop, add to the garbage collector's full collections."""
+
+    __slots__ = ("_conn", "_pool", "_store")
+
+    def __init__(self, store: PostgresStore, pool: _LoopPool) -> None:
+        self._store, self._pool = store, pool
+
+    def __enter__(self) -> Conn:
+        try:
+            self._conn = aio.wait(self._pool.acquire())
+        except psycopg.OperationalError as exc:
+            self._sweep(exc)
+            raise
+        return cast(Conn, _Connection(self._conn))
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        self._pool.give_back(self._conn)
+        if isinstance(exc, psycopg.OperationalError):
+            self._sweep(exc)
+
+    def _sweep(self, exc: psycopg.OperationalError) -> None:
+        pool = self._pool
+        self._store._sweep_after(exc, lambda: aio.wait(pool.check()))
+
+
 class _LoopPool:
-    """One event loop's async connections, for coroutines (see ``PostgresStore._aconn``).
+    """One event loop's async connections, for coroutines (see ``PostgresStore._conn``).
 
     Not psycopg_pool's ``AsyncConnectionPool``: its maintenance workers are tasks of the
     loop that survive a cancel while they connect, so a pool left open when
@@ -253,8 +280,9 @@ class _LoopPool:
         self._idle: list[AConn] = []
         self._slots = asyncio.Semaphore(max_size)
 
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[AConn]:
+    async def acquire(self) -> AConn:
+        """A connection for one operation (a slot first, then an idle connection or a new
+        one); :meth:`give_back` returns it."""
         try:
             if self._slots.locked():  # a timer only to wait (asyncio.timeout: no task)
                 async with asyncio.timeout(self._timeout):
@@ -265,15 +293,20 @@ class _LoopPool:
             raise PoolTimeout(f"couldn't get a connection after {self._timeout:g} sec "
                               f"(pool {self._name!r})") from None
         try:
-            conn = self._idle.pop() if self._idle else await self._connect()
-            try:
-                yield conn
-            finally:
-                if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
-                    with contextlib.suppress(Exception):
-                        await conn.close()
-                else:
-                    self._idle.append(conn)
+            return self._idle.pop() if self._idle else await self._connect()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def give_back(self, conn: AConn) -> None:
+        """Keep ``conn`` for the next operation, or close it (under :func:`aio.run`) if it
+        is closed, broken or still in a transaction; its slot is free again either way."""
+        try:
+            if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
+                with contextlib.suppress(Exception):
+                    aio.wait(conn.close())
+            else:
+                self._idle.append(conn)
         finally:
             self._slots.release()
 
@@ -550,24 +583,15 @@ class PostgresStore(sql.SqlStore):
     async def _aclose_loop(self) -> None:
         await self._apools.aclose_current()
 
-    @contextlib.contextmanager
-    def _aconn(self) -> Iterator[Conn]:
-        pool = self._apools.get()
-        try:
-            with aio.entered(pool.connection()) as conn:
-                yield cast(Conn, _Connection(conn))
-        except psycopg.OperationalError as exc:
-            self._sweep_after(exc, lambda: aio.wait(pool.check()))
-            raise
-
-    @contextlib.contextmanager
-    def _conn(self) -> Iterator[Conn]:
+    def _conn(self) -> contextlib.AbstractContextManager[Conn]:
         """A pooled autocommit connection: one statement is one transaction. Inside
         :func:`remit_core.aio.run`, an async connection of the loop's pool."""
         if aio.bridged():
-            with self._aconn() as conn:
-                yield conn
-            return
+            return _Borrowed(self, self._apools.get())
+        return self._pooled()
+
+    @contextlib.contextmanager
+    def _pooled(self) -> Iterator[Conn]:
         pool = self._get_pool()
         try:
             with pool.connection() as conn:
@@ -654,13 +678,10 @@ class PostgresStore(sql.SqlStore):
         state = exc.sqlstate or ""
         return not state.startswith("54")  # program limit exceeded: repeating cannot help
 
-    def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return super()._call(fn, *args, **kwargs)
-        except psycopg.OperationalError as exc:
-            if _connection_lost(exc):
-                raise self._unavailable(exc, "using", " after bounded retries") from exc
-            raise
+    def _exhausted(self, exc: Exception) -> BaseException | None:
+        if isinstance(exc, psycopg.OperationalError) and _connection_lost(exc):
+            return self._unavailable(exc, "using", " after bounded retries")
+        return None
 
     # ------------------------------------------------------------------------------ migrations
 

@@ -99,7 +99,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, ParamSpec, TypeVar, cast
+from typing import Any, Literal, cast
 from urllib.parse import SplitResult, urlencode, urlunsplit
 
 import redis
@@ -142,8 +142,6 @@ from remit_core.urls import mask_url, password_hint, scrub, url_secrets
 
 log = logging.getLogger("remit")
 
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
 
 # Errors that a retry does not cure although redis-py files some under connection errors
 # (ExternalAuthProviderError exists in newer redis-py only).
@@ -1552,17 +1550,15 @@ class RedisStore(Store):
         return isinstance(exc, (RedisConnectionError, RedisTimeoutError, BusyLoadingError,
                                 TryAgainError))
 
-    def _call(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        try:
-            return super()._call(fn, *args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            if not self._is_transient(exc):
-                raise
-            raise StoreUnavailable(
-                f"{self.url!r} is unreachable after retries ({type(exc).__name__}: "
-                f"{self._text(exc)}); check that the Redis server is running",
-                url=self.url,
-            ) from exc
+    def _exhausted(self, exc: Exception) -> BaseException | None:
+        if not isinstance(exc, (RedisConnectionError, RedisTimeoutError)) or \
+                not self._is_transient(exc):
+            return None
+        return StoreUnavailable(
+            f"{self.url!r} is unreachable after retries ({type(exc).__name__}: "
+            f"{self._text(exc)}); check that the Redis server is running",
+            url=self.url,
+        )
 
     def _open_checks(self, durability: bool) -> None:
         """Reach the server, check durability, then the key layout (version and foreign keys)."""
