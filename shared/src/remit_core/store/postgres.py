@@ -135,7 +135,69 @@ MIGRATIONS: list[str] = [
     END
     $fn$;
     """,
+    # 8: a checkpoint's read as one call of a function (PostgresStore._read_checkpoint)
+    # whose statements run their generic plans, kept by the session: no planning at each
+    # read (as a statement, 0.1-0.2 ms of every get_checkpoint). The latest checkpoint of a
+    # run's namespace is found through an index on (run_id, ns, -seq), the only one that
+    # gives that order: given ORDER BY seq DESC, a plan may walk the primary key (seq)
+    # backwards and filter by run, reading every checkpoint written since the run's latest,
+    # other runs' included (measured: 2.5 ms behind 10 000 checkpoints of another run).
+    # STABLE: its statements read one snapshot, the calling statement's.
+    """
+    CREATE INDEX remit_checkpoints_head ON remit_checkpoints (run_id, ns, (-seq));
+    CREATE OR REPLACE FUNCTION remit_read_checkpoint(
+        p_run TEXT, p_ns TEXT, p_cid TEXT, p_writes BOOLEAN)
+    RETURNS TABLE (r_run_id TEXT, r_ns TEXT, r_checkpoint_id TEXT, r_parent_id TEXT,
+                   r_kind TEXT, r_execution_id TEXT, r_data BYTEA, r_metadata BYTEA,
+                   r_versions JSONB, r_created_at DOUBLE PRECISION, r_seq BIGINT,
+                   r_channels TEXT[], r_values BYTEA[], r_task_ids TEXT[], r_idxs INT[],
+                   r_write_channels TEXT[], r_write_values BYTEA[], r_task_paths TEXT[])
+    LANGUAGE plpgsql STABLE
+    SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $fn$
+    DECLARE
+        seq_ BIGINT;
+    BEGIN
+        IF p_cid IS NULL THEN
+            SELECT c.seq INTO seq_ FROM remit_checkpoints AS c
+            WHERE c.run_id = p_run AND c.ns = p_ns ORDER BY -c.seq LIMIT 1;
+        ELSE
+            SELECT c.seq INTO seq_ FROM remit_checkpoints AS c
+            WHERE c.run_id = p_run AND c.ns = p_ns AND c.checkpoint_id = p_cid;
+        END IF;
+        IF seq_ IS NULL THEN
+            RETURN;
+        END IF;
+        -- each value its own primary-key lookup; the writes in (task_id, idx) byte order
+        RETURN QUERY
+        SELECT c.run_id, c.ns, c.checkpoint_id, c.parent_id, c.kind, c.execution_id, c.data,
+               c.metadata, c.versions, c.created_at, c.seq, b.channels, b.vals, ws.task_ids,
+               ws.idxs, ws.channels, ws.vals, ws.task_paths
+        FROM remit_checkpoints AS c
+        CROSS JOIN LATERAL (
+            SELECT array_agg(j.key) AS channels, array_agg(bl.value) AS vals
+            FROM jsonb_each_text(c.versions) AS j
+            CROSS JOIN LATERAL (
+                SELECT x.value FROM remit_blobs AS x
+                WHERE x.run_id = c.run_id AND x.ns = c.ns AND x.channel = j.key
+                  AND x.version = j.value LIMIT 1) AS bl) AS b
+        CROSS JOIN LATERAL (
+            SELECT array_agg(w.task_id ORDER BY w.task_id COLLATE "C", w.idx) AS task_ids,
+                   array_agg(w.idx ORDER BY w.task_id COLLATE "C", w.idx) AS idxs,
+                   array_agg(w.channel ORDER BY w.task_id COLLATE "C", w.idx) AS channels,
+                   array_agg(w.value ORDER BY w.task_id COLLATE "C", w.idx) AS vals,
+                   array_agg(w.task_path ORDER BY w.task_id COLLATE "C", w.idx) AS task_paths
+            FROM remit_writes AS w
+            WHERE p_writes AND w.run_id = c.run_id AND w.ns = c.ns
+              AND w.checkpoint_id = c.checkpoint_id) AS ws
+        WHERE c.seq = seq_;
+    END
+    $fn$;
+    """,
 ]
+
+#: the first layout version with remit_read_checkpoint (a store of an older one, opened
+#: read-only, is read with the statement)
+_READ_FUNCTION = 8
 
 #: take a run's advisory lock (see PostgresStore._lock_runs); parameter ``lock``
 _LOCK_RUN = "SELECT pg_advisory_xact_lock(%(lock)s::bigint)"
@@ -460,6 +522,9 @@ class PostgresStore(sql.SqlStore):
             False: head + blobs,
             True: head + "".join(f", ws.{c}s" for c in sql.WRITE_COLUMNS) + blobs + writes,
         }
+        # one checkpoint (migration 8's function): the latest, or the one with that id
+        self._read_sql = (f"SELECT * FROM \"{schema}\".remit_read_checkpoint(%(run)s::text, "
+                          "%(ns)s::text, %(cid)s::text, %(writes)s::boolean)")
         self._chunks_sql = (
             f"INSERT INTO {t.ch} (run_id, digest, value) SELECT %(run)s::text, u.d, u.v "
             "FROM unnest(%(digests)s::bytea[], %(chunks)s::bytea[]) AS u(d, v) "
@@ -840,6 +905,15 @@ class PostgresStore(sql.SqlStore):
             "w_channels": _text_array([w.channel for w in kept]),
             "w_values": _bytea_array([w.value for w in kept]),
         }
+
+    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None,
+                         with_writes: bool) -> sql.Found | None:
+        if self.layout_version < _READ_FUNCTION:  # an older store, opened read-only
+            return super()._read_checkpoint(run_id, ns, checkpoint_id, with_writes)
+        with self._conn() as conn:  # one statement: one snapshot
+            r = conn.execute(self._read_sql, {"run": run_id, "ns": ns, "cid": checkpoint_id,
+                                              "writes": with_writes}, binary=True).fetchone()
+        return None if r is None else _found(r)
 
     def _checkpoints(self, where: Sequence[str], args: Mapping[str, Any], limit: int | None,
                      with_writes: bool) -> list[sql.Found]:
