@@ -204,6 +204,33 @@ def test_a_read_finds_a_runs_latest_checkpoint_through_the_head_index(pg_url: st
         assert "$1" in plan or "p_run" in plan  # a generic plan: the run is a parameter
 
 
+def test_a_store_of_the_layout_before_the_read_function_is_read_read_only(
+        pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    """A store at layout 7 (before remit_read_checkpoint), opened read-only, is read with
+    the statement, and the open changes nothing: no function, no index, the same version."""
+    schema = schema_of(pg_url)
+    with open_store(pg_url) as s:
+        s.put_checkpoint("r", "c1", new_values={"x": ("1", 1)})
+        s.put_checkpoint("r", "c2", parent_id="c1", new_values={"x": ("2", 2)})
+        s.put_writes("r", "c2", "t", [(0, "x", 3)])
+    admin.execute(f'DROP FUNCTION "{schema}".remit_read_checkpoint')
+    admin.execute(f'DROP INDEX "{schema}".remit_checkpoints_head')
+    admin.execute(f"UPDATE \"{schema}\".remit_meta SET value = '7' WHERE key = 'version'")
+    with open_store(pg_url, read_only=True) as ro:
+        latest = ro.get_checkpoint("r")
+        assert latest is not None and latest.checkpoint_id == "c2" and latest.values == {"x": 2}
+        assert [(w.task_id, w.idx, w.value) for w in latest.writes] == [("t", 0, 3)]
+        first = ro.get_checkpoint("r", "c1")
+        assert first is not None and first.values == {"x": 1}
+        assert ro.get_checkpoint("r", "absent") is None
+    functions = admin.execute(
+        "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = %s AND p.proname = 'remit_read_checkpoint'", (schema,)).fetchone()
+    version = admin.execute(f"SELECT value FROM \"{schema}\".remit_meta WHERE key = 'version'"
+                            ).fetchone()
+    assert functions == (0,) and version == ("7",)
+
+
 def test_newer_schema_version_is_refused_and_data_kept(
         pg_url: str, admin: psycopg.Connection[Any]) -> None:
     schema = schema_of(pg_url)
