@@ -167,14 +167,17 @@ def test_a_read_finds_a_runs_latest_checkpoint_through_the_head_index(pg_url: st
     """get_checkpoint's read (remit_read_checkpoint, migration 8) finds a run's latest
     checkpoint through remit_checkpoints_head, with its generic plan, also for a run whose
     latest checkpoint lies behind a long history of another run: the plan neither walks the
-    primary key (seq) backwards nor reads the other run's checkpoints. (Ordered by seq, a
+    primary key (seq) backwards nor reads the other run's checkpoints. Its values and the
+    chunks they name are each read by primary key. (Ordered by seq, a
     plan walked the primary key backwards from the newest checkpoint of the table, reading
     every checkpoint written since the run's latest: 2.5 ms behind 10 000.) The nested
     statements' plans are read from auto_explain on the store's one connection."""
+    big = bytes(range(256)) * 40  # stored in chunks
     with open_store(pg_url + "&pool_max=1&pool_min=1") as s:
         parent = None
         for i in range(3):
-            s.put_checkpoint("quiet", f"q{i}", parent_id=parent, new_values={"x": (str(i), i)})
+            s.put_checkpoint("quiet", f"q{i}", parent_id=parent,
+                             new_values={"x": (str(i), i), "big": (str(i), big + bytes([i]))})
             parent = f"q{i}"
         parent = None
         for i in range(300):
@@ -190,11 +193,20 @@ def test_a_read_finds_a_runs_latest_checkpoint_through_the_head_index(pg_url: st
             conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
         for _ in range(3):
             got = s.get_checkpoint("quiet")
-            assert got is not None and got.checkpoint_id == "q2" and got.values == {"x": 2}
+            assert got is not None and got.checkpoint_id == "q2"
+            assert got.values == {"x": 2, "big": big + b"\x02"}
             at = s.get_checkpoint("quiet", "q1")
-            assert at is not None and at.checkpoint_id == "q1" and at.values == {"x": 1}
+            assert at is not None and at.checkpoint_id == "q1"
+            assert at.values == {"x": 1, "big": big + b"\x01"}
+        assert s.usage("quiet")["chunks"] > 0
+        read = len(plans)
+        plain = s.get_checkpoint("busy")  # no value in chunks: no read of the chunks
+        assert plain is not None and plain.values == {"x": 299}
         with s._conn() as conn:  # type: ignore[attr-defined]
             conn.execute("SET auto_explain.log_min_duration = -1")
+    assert any("Query Text: SELECT c.run_id" in p for p in plans[read:]), plans[read:]
+    assert not any("remit_chunks" in p for p in plans[read:]), plans[read:]
+    del plans[read:]
     lookups = [p for p in plans if "SELECT c.seq" in p]
     latest = [p for p in lookups if "ORDER BY" in p]
     assert len(latest) == 3 and len(lookups) == 6, plans
@@ -202,6 +214,14 @@ def test_a_read_finds_a_runs_latest_checkpoint_through_the_head_index(pg_url: st
         assert "remit_checkpoints_head" in plan and "Backward" not in plan, plan
         assert "Rows Removed" not in plan and "Sort" not in plan, plan
         assert "$1" in plan or "p_run" in plan  # a generic plan: the run is a parameter
+    # the values, and the chunks they name: each one lookup by its primary key
+    reads = [p for p in plans if "Query Text: SELECT c.run_id" in p]
+    chunks = [p for p in plans if "FROM remit_chunks" in p]
+    assert len(reads) == 6 and len(chunks) == 6, plans
+    for plan, table in [*((p, "blobs") for p in reads), *((p, "chunks") for p in chunks)]:
+        assert f"remit_{table}_pkey" in plan, plan
+        assert f"Seq Scan on remit_{table}" not in plan and "Bitmap" not in plan, plan
+        assert "Hash Join" not in plan and "Hash Semi Join" not in plan, plan
 
 
 def test_a_store_of_the_layout_before_the_read_function_is_read_read_only(

@@ -568,7 +568,8 @@ class Store(ABC):
 
         The latest is one indexed lookup whatever the history length. The checkpoint,
         its values and (``with_writes``) its pending writes are one read of the backend,
-        from one snapshot; a value stored in chunks takes one more (of the chunks).
+        from one snapshot; a value stored in chunks takes one more (of the chunks), except
+        on PostgreSQL, whose read brings the chunks too.
         Reading never claims, consumes or blocks.
         """
         found = self._call(self._read_checkpoint, run_id, ns, checkpoint_id, with_writes)
