@@ -168,10 +168,11 @@ def test_a_read_finds_a_runs_latest_checkpoint_through_the_head_index(pg_url: st
     checkpoint through remit_checkpoints_head, with its generic plan, also for a run whose
     latest checkpoint lies behind a long history of another run: the plan neither walks the
     primary key (seq) backwards nor reads the other run's checkpoints. Its values and the
-    chunks they name are each read by primary key. (Ordered by seq, a
-    plan walked the primary key backwards from the newest checkpoint of the table, reading
-    every checkpoint written since the run's latest: 2.5 ms behind 10 000.) The nested
-    statements' plans are read from auto_explain on the store's one connection."""
+    chunks they name are each read by primary key, the chunks only when a value is in
+    chunks. (Ordered by seq, a plan walked the primary key backwards from the newest
+    checkpoint of the table, reading every checkpoint written since the run's latest: 2.5 ms
+    behind 10 000.) The nested statements' plans are read from auto_explain on the store's
+    one connection."""
     big = bytes(range(256)) * 40  # stored in chunks
     with open_store(pg_url + "&pool_max=1&pool_min=1") as s:
         parent = None
