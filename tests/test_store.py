@@ -369,6 +369,62 @@ def test_list_newest_first_limit_before(store: Store) -> None:
     assert [c.checkpoint_id for c in store.list_checkpoints("r", ns="other")] == []
 
 
+def test_before_names_the_lowest_checkpoint_with_that_id_in_any_namespace(store: Store
+                                                                        ) -> None:
+    """``before`` is a checkpoint id of the run: the listing stops at the earliest
+    checkpoint stored under that id, whichever namespace holds it, and lists only the
+    namespace asked for."""
+    put(store, "r", "a0")
+    store.put_checkpoint("r", "x", ns="sub:1")  # the id "x" first in a subgraph's namespace
+    store.put_checkpoint("r", "s1", ns="sub:1", parent_id="x")
+    put(store, "r", "a1", "a0")
+    put(store, "r", "x", "a1")  # and later in the root namespace
+    put(store, "r", "a2", "x")
+    store.put_checkpoint("r", "s2", ns="sub:2")
+    put(store, "q", "a0")  # another run with the same ids
+    put(store, "q", "x", "a0")
+    assert [c.checkpoint_id for c in store.list_checkpoints("r", ns="", before="x")] == ["a0"]
+    assert [c.checkpoint_id for c in store.list_checkpoints("r", before="x")] == ["a0"]
+    assert [c.checkpoint_id for c in store.list_checkpoints("r", ns="", before="a2")] == [
+        "x", "a1", "a0"]
+    assert [c.checkpoint_id for c in store.list_checkpoints("r", ns="sub:1", before="s1")
+            ] == ["x"]
+    assert [c.checkpoint_id for c in store.list_checkpoints("r", before="s2", limit=2)] == [
+        "a2", "x"]
+    assert [c.checkpoint_id for c in store.list_checkpoints("q", before="x")] == ["a0"]
+    assert list(store.list_checkpoints("r", before="absent")) == []
+    assert list(store.list_checkpoints("nobody", before="x")) == []
+
+
+def test_sqlite_a_listing_before_an_id_costs_what_it_lists_not_the_runs_history(
+        tmp_path: Path) -> None:
+    """Finding where ``before`` stops looks the id up in each namespace of the run by the
+    checkpoints' unique key: the listing's cost does not grow with the run's history
+    (LangGraph pages through a thread's history with ``before``). Counted in SQLite's
+    virtual-machine steps on the reading connection."""
+    with open_store(f"sqlite:///{tmp_path}/s.db?synchronous=NORMAL") as s:
+        assert isinstance(s, sqlite_backend.SqliteStore)
+        for run, length in (("short", 40), ("long", 4_000)):
+            for n in range(length):
+                s.put_checkpoint(run, f"c{n:05d}", parent_id=f"c{n - 1:05d}" if n else None)
+                if n % 20 == 0:
+                    s.put_checkpoint(run, f"s{n:05d}", ns=f"sub:{n % 3}")
+        steps: dict[str, int] = {}
+        for run, length in (("short", 40), ("long", 4_000)):
+            counted = [0]
+
+            def count(box: list[int] = counted) -> int:
+                box[0] += 1
+                return 0
+            s._conn().set_progress_handler(count, 100)  # this thread's reading connection
+            listed = list(s.list_checkpoints(run, ns="", before=f"c{length // 2:05d}", limit=5))
+            s._conn().set_progress_handler(None, 0)
+            assert [c.checkpoint_id for c in listed] == [
+                f"c{n:05d}" for n in range(length // 2 - 1, length // 2 - 6, -1)]
+            steps[run] = counted[0]
+    assert steps["long"] <= 2 * steps["short"] + 10, steps
+
+
 def test_writes_idempotent_and_overwrite(store: Store) -> None:
     put(store, "r", "c1")
     store.put_writes("r", "c1", "t1", [(0, "a", 1), (1, "b", "x")], task_path="p")

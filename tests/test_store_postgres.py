@@ -7,6 +7,7 @@ The backend-neutral contract is tested for every backend in test_store.py.
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 import uuid
@@ -223,6 +224,38 @@ def test_a_read_finds_a_runs_latest_checkpoint_through_the_head_index(pg_url: st
         assert f"remit_{table}_pkey" in plan, plan
         assert f"Seq Scan on remit_{table}" not in plan and "Bitmap" not in plan, plan
         assert "Hash Join" not in plan and "Hash Semi Join" not in plan, plan
+
+
+def test_a_listing_before_an_id_looks_it_up_by_the_unique_key(pg_url: str) -> None:
+    """Where a listing with ``before`` stops is found by the checkpoints' unique key, one
+    lookup per namespace of the run (their list walked through the same key), never by a
+    scan of the run's checkpoints: a 1 000-checkpoint run's page before its middle reads
+    no other checkpoint than those it lists. (The lookup by run and id alone read the whole
+    run: a sequential scan of 3 003 rows for a 3 000-checkpoint run.) The plan is read from
+    auto_explain on the store's one connection."""
+    with open_store(pg_url + "&pool_max=1&pool_min=1") as s:
+        parent = None
+        for i in range(1_000):
+            s.put_checkpoint("long", f"c{i:04d}", parent_id=parent)
+            if i % 100 == 0:
+                s.put_checkpoint("long", f"s{i:04d}", ns=f"sub:{i % 3}")
+            parent = f"c{i:04d}"
+        plans: list[str] = []
+        with s._conn() as conn:  # type: ignore[attr-defined]
+            conn.execute(f'ANALYZE "{schema_of(pg_url)}".remit_checkpoints')
+            conn.execute("LOAD 'auto_explain'")
+            for setting in ("log_min_duration = 0", "log_level = notice", "log_analyze = on"):
+                conn.execute(f"SET auto_explain.{setting}")
+            conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+        listed = list(s.list_checkpoints("long", ns="", before="c0500", limit=5))
+        assert [c.checkpoint_id for c in listed] == ["c0499", "c0498", "c0497", "c0496", "c0495"]
+        with s._conn() as conn:  # type: ignore[attr-defined]
+            conn.execute("SET auto_explain.log_min_duration = -1")
+    [plan] = [p for p in plans if "FROM spaces" in p]
+    assert "Seq Scan on remit_checkpoints" not in plan and "Bitmap" not in plan, plan
+    assert "Filter: (checkpoint_id" not in plan and "Join Filter" not in plan, plan
+    assert "(ns = spaces" in plan and "(checkpoint_id = " in plan, plan
+    assert all(int(n) <= 1 for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)), plan
 
 
 def test_a_store_of_the_layout_before_the_read_function_is_read_read_only(

@@ -511,9 +511,17 @@ class SqlStore(Store):
             args["executions"] = d.texts(execution_ids)
         if before is not None:
             # the lowest seq of a checkpoint with that id (of the run); none: nothing listed
-            sub = f"SELECT min(seq) FROM {self._t.ck} WHERE checkpoint_id = {p('before')}"
-            if run_id is not None:
-                sub += f" AND run_id = {p('run')}"
+            ck = self._t.ck
+            if run_id is None:
+                sub = f"SELECT min(seq) FROM {ck} WHERE checkpoint_id = {p('before')}"
+            else:  # each namespace of the run by the unique key, not a scan of the run
+                run, cid = p("run"), p("before")
+                sub = (f"WITH RECURSIVE spaces (ns) AS ("
+                       f"SELECT min(ns) FROM {ck} WHERE run_id = {run} UNION ALL "
+                       f"SELECT (SELECT min(n.ns) FROM {ck} n WHERE n.run_id = {run} "
+                       f"AND n.ns > spaces.ns) FROM spaces WHERE spaces.ns IS NOT NULL) "
+                       f"SELECT min((SELECT b.seq FROM {ck} b WHERE b.run_id = {run} "
+                       f"AND b.ns = spaces.ns AND b.checkpoint_id = {cid})) FROM spaces")
             where.append(f"c.seq < ({sub})")
         return self._checkpoints(where, args, limit, with_writes)
 
