@@ -2,8 +2,9 @@
 transaction of the step's checkpoint, one durable commit per step instead of two, and
 nothing the separate commits guaranteed is lost.
 
-On SQLite and PostgreSQL (``groups_writes``); Redis does not group, and an announcement
-there changes nothing.
+On every backend (``groups_writes``: SQLite and PostgreSQL in the checkpoint's transaction,
+Redis in its script); under ``durability="async"`` only where
+``groups_background_writes`` (SQLite).
 """
 
 from __future__ import annotations

@@ -424,10 +424,12 @@ class _Migration:
         self.lua: list[str] = []
 
 
-# KEYS: 1 seq, 2 ck, 3 nck, 4 rck, 5 cks, 6 runs, 7 run, 8 known, 9 nss, 10 blobs
+# KEYS: 1 seq, 2 ck, 3 nck, 4 rck, 5 cks, 6 runs, 7 run, 8 known, 9 nss, 10 blobs, then per
+#       grouped write (group commit: pending writes against the parent): w, wrs
 # ARGV: 1 P, 2 run, 3 ns, 4 id, 5 has_parent, 6 parent, 7 kind, 8 has_exec, 9 exec, 10 data,
 #       11 metadata, 12 versions, 13 exclusive, 14 n chunks, 15.. (hex digest, bytes)*n,
-#       then (channel, version, value)*
+#       then per grouped write: overwrite, member, field, packed; then (channel, version,
+#       value)*
 _WRITE_CHECKPOINT = """
 local r, ns, id, kind = ARGV[2], ARGV[3], ARGV[4], ARGV[7]
 local parent = ARGV[5] == '1' and ARGV[6]
@@ -440,7 +442,14 @@ if ARGV[13] == '1' and parent then
 end
 local now = fmt(clock())
 local ens = esc(ns)
-for i = put_chunks(r, 15, tonumber(ARGV[14])), #ARGV, 3 do
+local first = put_chunks(r, 15, tonumber(ARGV[14]))
+for i = 11, #KEYS, 2 do  -- the grouped writes, as _WRITE_WRITES stores them
+  redis.call(ARGV[first] == '1' and 'HSET' or 'HSETNX', KEYS[i], ARGV[first + 2],
+             ARGV[first + 3])
+  redis.call('SADD', KEYS[i + 1], ARGV[first + 1])
+  first = first + 4
+end
+for i = first, #ARGV, 3 do
   redis.call('SET', K('blob', r, ns, ARGV[i], ARGV[i + 1]), ARGV[i + 2], 'NX')
   redis.call('SADD', KEYS[10], ens .. ':' .. esc(ARGV[i]) .. ':' .. esc(ARGV[i + 1]))
 end
@@ -1306,6 +1315,13 @@ def _pack_write(w: WriteRow) -> bytes:
     return head.encode() + b"\n" + w.value
 
 
+def _write_args(w: WriteRow) -> list[Any]:
+    """A write's script arguments: its member of the run's write index (its checkpoint),
+    its field in the checkpoint's writes (its task and index), and what is stored."""
+    return [f"{_esc(w.ns)}:{_esc(w.checkpoint_id)}", f"{_esc(w.task_id)}:{w.idx}",
+            _pack_write(w)]
+
+
 def _ck_row(h: Mapping[str, bytes]) -> CheckpointRow:
     return CheckpointRow(
         run_id=h["run_id"].decode(), ns=h["ns"].decode(),
@@ -1443,6 +1459,7 @@ class RedisStore(Store):
     migrations = MIGRATIONS
     layout_noun = "key layout"
     native_async = True
+    groups_writes = True
     layout_advice = "Use another prefix (?prefix=NAME) or another database"
 
     def __init__(self, url: str, driver_url: str, *, prefix: str = DEFAULT_PREFIX,
@@ -1675,24 +1692,23 @@ class RedisStore(Store):
                           exclusive_child: bool, chunks: Mapping[bytes, bytes],
                           writes: Sequence[tuple[list[WriteRow], bool]] = ()
                           ) -> tuple[int, str | None]:
-        # (groups_writes is False here: no write is ever grouped with a checkpoint; were
-        # one, it would still be stored first, by its own script)
-        for rows, overwrite in writes:
-            self._write_writes(rows, overwrite, chunks)
         k = self._k
         r, ns = row.run_id, row.ns
+        keys: list[str] = [k.seq, k.ck(r, ns, row.checkpoint_id), k.nck(r, ns), k.rck(r), k.cks,
+                           k.runs, k.run(r), k.known, k.nss(r), k.blobs(r)]
         args: list[Any] = [
             self.prefix, r, ns, row.checkpoint_id, _flag(row.parent_id), row.parent_id or "",
             row.kind, _flag(row.execution_id), row.execution_id or "", row.data, row.metadata,
             versions_json(row.versions),
             "1" if exclusive_child else "0", *_chunk_args(chunks),
         ]
+        for rows, overwrite in writes:  # group commit: in the checkpoint's script
+            for w in rows:
+                keys += [k.w(w.run_id, w.ns, w.checkpoint_id), k.wrs(w.run_id)]
+                args += ["1" if overwrite else "0", *_write_args(w)]
         for b in blobs:
             args += [b.channel, b.version, b.value]
-        res = self._s_write_ck(
-            keys=[k.seq, k.ck(r, ns, row.checkpoint_id), k.nck(r, ns), k.rck(r), k.cks, k.runs,
-                  k.run(r), k.known, k.nss(r), k.blobs(r)],
-            args=args)
+        res = self._s_write_ck(keys=keys, args=args)
         if len(res) == 2:
             return 0, _str(res[1])
         return int(res[0]), None
@@ -1722,9 +1738,7 @@ class RedisStore(Store):
                            *_chunk_args(chunks)]
         for w in rows:
             keys += [k.w(w.run_id, w.ns, w.checkpoint_id), k.wrs(w.run_id)]
-            packed = _pack_write(w)
-            args += [f"{_esc(w.ns)}:{_esc(w.checkpoint_id)}", f"{_esc(w.task_id)}:{w.idx}",
-                     packed]
+            args += _write_args(w)
         self._s_write_writes(keys=keys, args=args)
 
     def _read_chunks(self, run_id: str, digests: list[bytes]) -> dict[bytes, bytes]:
