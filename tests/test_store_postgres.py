@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 import psycopg
 import pytest
 from psycopg_pool import PoolClosed, PoolTimeout
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from remit_core import ConsumeConflict, open_store
 from remit_core.errors import (
@@ -29,6 +30,7 @@ from remit_core.errors import (
 )
 from remit_core.store import new_owner
 from remit_core.store.postgres import MIGRATIONS, TABLES, PostgresStore
+from remit_core.store.sql import RECEIPT_COLUMNS
 from tests import procs
 
 pytestmark = pytest.mark.postgres
@@ -256,6 +258,93 @@ def test_a_listing_before_an_id_looks_it_up_by_the_unique_key(pg_url: str) -> No
     assert "Filter: (checkpoint_id" not in plan and "Join Filter" not in plan, plan
     assert "(ns = spaces" in plan and "(checkpoint_id = " in plan, plan
     assert all(int(n) <= 1 for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)), plan
+
+
+def test_a_first_call_or_a_replay_of_a_receipt_or_claim_is_one_statement(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A receipt's or claim's decision whose verdict on a new key inserts it is one
+    statement whether the key is new or stored: the insert reads the stored row with the
+    server's clock when the key exists, and a replay is decided on it. A verdict that
+    changes the stored row adds its compare-and-set. (Before, a replay tried the insert
+    and then read the row: two statements.) A run's lifecycle is read first, then inserted
+    or changed: two."""
+    seen: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counting(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        text = query if isinstance(query, str) else str(query)
+        if "remit_" in text:
+            seen.append(text.split()[0])
+        return execute(self, query, *args, **kwargs)
+
+    def receipt(owner: str) -> Any:
+        return s.start_receipt("k", run_id="r", step="s", name="n", ordinal=0, owner=owner,
+                               may_take_over=False)
+
+    with open_store(pg_url) as s:
+        monkeypatch.setattr(psycopg.Connection, "execute", counting)
+        first = receipt("me")
+        assert first.outcome == "run" and seen == ["WITH"], seen
+        seen.clear()
+        assert receipt("other").outcome == "busy" and seen == ["WITH"], seen
+        s.complete_receipt("k", owner="me", fence=first.receipt.fence, result={"id": 7})
+        seen.clear()
+        replay = receipt("other")
+        assert replay.outcome == "done" and replay.receipt.result == {"id": 7}
+        assert seen == ["WITH"], seen
+        seen.clear()
+        claimed = s.claim_once("c", run_id="r", owner="me", digest="d", value={"ok": True})
+        assert claimed.owner == "me" and seen == ["WITH"], seen
+        seen.clear()
+        with pytest.raises(ConsumeConflict):
+            s.claim_once("c", run_id="r", owner="other", digest="d", value={"ok": True})
+        assert seen == ["WITH"], seen
+        seen.clear()
+        run = s.start_run("r", framework="f", name="g", owner="me")
+        assert run.outcome == "started" and seen == ["SELECT", "INSERT"], seen
+        assert s.end_run("r", owner="me", fence=run.run.fence, status="parked")
+        seen.clear()
+        assert s.start_run("r", framework="f", name="g", owner="me").outcome == "started"
+        assert seen == ["SELECT", "UPDATE"], seen
+
+
+def test_a_first_call_racing_a_concurrent_first_call_is_decided_on_its_row(
+        pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    """A receipt's first call whose key another transaction inserts and commits while the
+    call's statement runs (its insert waits for that transaction and then finds the key;
+    its read of the stored row, in the statement's snapshot, finds nothing) is decided on
+    the row that transaction committed: busy, the other owner's lease being live, and that
+    row is kept."""
+    schema = schema_of(pg_url)
+    rc = f'"{schema}".remit_receipts'
+    cols = ", ".join(c for c, _ in RECEIPT_COLUMNS)
+
+    def receipt(key: str, owner: str) -> Any:
+        return s.start_receipt(key, run_id="r", step="s", name="n", ordinal=0, owner=owner,
+                               may_take_over=False)
+
+    with open_store(pg_url) as s:
+        assert receipt("seed", "other").outcome == "run"
+        with psycopg.connect(admin.info.dsn) as other:  # a transaction, left open
+            other.execute(f"INSERT INTO {rc} ({cols}) SELECT 'k', "
+                          + ", ".join(c for c, _ in RECEIPT_COLUMNS[1:])
+                          + f" FROM {rc} WHERE key = 'seed'")
+            got: queue.Queue[Any] = queue.Queue()
+            caller = threading.Thread(target=lambda: got.put(receipt("k", "me")))
+            caller.start()
+
+            def waiting() -> bool:  # the call's insert waits for the open transaction
+                return admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE %s", (f"%{rc}%",)).fetchone() == (1,)
+            Retrying(retry=retry_if_result(lambda ok: not ok), stop=stop_after_delay(20),
+                     wait=wait_fixed(0.005), reraise=True)(waiting)
+            other.commit()
+            caller.join(20)
+        start = got.get_nowait()
+        assert start.outcome == "busy" and start.receipt.owner == "other", start
+        stored = s.get_receipt("k")
+        assert stored is not None and stored.owner == "other" and stored.fence == 1
 
 
 def test_a_store_of_the_layout_before_the_read_function_is_read_read_only(

@@ -334,6 +334,18 @@ class Records(Generic[R]):
                         for c, t in columns)
             + f" FROM (SELECT {d.now} AS t) AS n ON CONFLICT (key) DO NOTHING "
             f"RETURNING {cols}")
+        #: :attr:`insert_stamped` and, when the key exists, :attr:`select_now`, in one
+        #: statement (PostgreSQL): (true, the row written, now) or (false, the stored row,
+        #: now); no row when the key was committed after the statement's snapshot (a
+        #: concurrent inserter: the insert waited for it, the read cannot see it)
+        self.insert_or_select = (
+            f"WITH n AS (SELECT {d.now} AS t), ins AS (INSERT INTO {table} ({cols}) SELECT "
+            + ", ".join(f"n.t + {d.p(c, t)}" if t == "float8" else d.p(c, t)
+                        for c, t in columns)
+            + f" FROM n ON CONFLICT (key) DO NOTHING RETURNING {cols}) "
+            f"SELECT true, {cols}, (SELECT t FROM n) FROM ins UNION ALL "
+            f"SELECT false, {cols}, n.t FROM {table}, n WHERE {key} "
+            "AND NOT EXISTS (SELECT FROM ins)")
         self.update = (f"UPDATE {table} SET "
                        f"{', '.join(f'{c} = {d.p(c, t)}' for c, t in columns[1:])} WHERE {key}")
         #: compare-and-set: the update, only while the row is as it was read (every column
