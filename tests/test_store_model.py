@@ -1336,16 +1336,16 @@ RECOVERIES = [None, Recovery(), Recovery(("failed", "needs-attention"), 5, None)
 
 
 def run_requests(store: Store) -> Iterator[Case]:
-    def start(owner: str, recovery: Recovery | None) -> Case:
+    def start(owner: str, recovery: Recovery | None, likely_new: bool = False) -> Case:
         def decide(key: str, cur: Any, now: float) -> Verdict[Any, Any]:
             return decisions.start_run(cur, run_id=key, framework="fw2", name="graph",
                                        owner=owner, lease=LEASE, recovery=recovery,
                                        now=now)
 
-        def call(key: str) -> Any:
-            return store._start_run(key, "fw2", "graph", owner, LEASE, recovery)
+        def call(key: str) -> Any:  # (likely_new: a hint, the same decision either way)
+            return store._start_run(key, "fw2", "graph", owner, LEASE, recovery, likely_new)
 
-        return "start_run", (owner, recovery), decide, call
+        return "start_run", (owner, recovery, likely_new), decide, call
 
     def end(owner: str, fence: int, status: str) -> Case:
         detail = {"parked": b"\x01w2", "failed": b"\x01e2",
@@ -1392,6 +1392,7 @@ def run_requests(store: Store) -> Iterator[Case]:
     for owner, fence in CALLERS:
         for recovery in RECOVERIES:
             yield start(owner, recovery)
+        yield start(owner, None, likely_new=True)
         for status in ("parked", "done", "failed", "needs-attention"):
             yield end(owner, fence, status)
         yield renew(owner, fence)
@@ -1404,7 +1405,7 @@ def test_runs_decide_as_the_pure_functions(store: Store) -> None:
     """The run lifecycle's decisions, on every backend (the Redis one in Lua), are those
     of remit_core.store.decisions, on every stored record and request."""
     n = check_all(store, list(stored_runs()), list(run_requests(store)), kind="run")
-    assert n == 7 * 75
+    assert n == 7 * 81  # 6 callers x (5 starts, 1 likely_new, 4 ends, 1 renewal) + 15 imports
 
 
 #: the recoveries of a batch take (it retakes no stored status): attempts unbounded, left

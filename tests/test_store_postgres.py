@@ -267,7 +267,7 @@ def test_a_first_call_or_a_replay_of_a_receipt_or_claim_is_one_statement(
     server's clock when the key exists, and a replay is decided on it. A verdict that
     changes the stored row adds its compare-and-set. (Before, a replay tried the insert
     and then read the row: two statements.) A run's lifecycle is read first, then inserted
-    or changed: two."""
+    or changed: two; a run started as ``likely_new`` is inserted first, as a receipt."""
     seen: list[str] = []
     execute = psycopg.Connection.execute
 
@@ -304,8 +304,18 @@ def test_a_first_call_or_a_replay_of_a_receipt_or_claim_is_one_statement(
         assert run.outcome == "started" and seen == ["SELECT", "INSERT"], seen
         assert s.end_run("r", owner="me", fence=run.run.fence, status="parked")
         seen.clear()
-        assert s.start_run("r", framework="f", name="g", owner="me").outcome == "started"
-        assert seen == ["SELECT", "UPDATE"], seen
+        again = s.start_run("r", framework="f", name="g", owner="me")
+        assert again.outcome == "started" and seen == ["SELECT", "UPDATE"], seen
+        # likely_new (the adapter found nothing stored): the insert first, reading the
+        # stored row in the same statement when the run exists after all
+        seen.clear()
+        new = s.start_run("n", framework="f", name="g", owner="me", likely_new=True)
+        assert new.outcome == "started" and new.run.fence == 1 and seen == ["WITH"], seen
+        assert s.end_run("r", owner="me", fence=again.run.fence, status="parked")
+        seen.clear()
+        wrong = s.start_run("r", framework="f", name="g", owner="me", likely_new=True)
+        assert wrong.outcome == "started" and wrong.run.fence == again.run.fence + 1
+        assert seen == ["WITH", "UPDATE"], seen
 
 
 def test_a_first_call_racing_a_concurrent_first_call_is_decided_on_its_row(

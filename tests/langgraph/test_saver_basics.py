@@ -856,3 +856,27 @@ def test_a_parent_bound_keeps_the_subgraph_checkpoints_made_before_it(
     inner = {"configurable": {"thread_id": thread, "checkpoint_ns": inner_ns}}
     assert [t.checkpoint["id"] for t in saver.list(inner, before=mid_bound)] == \
         [made[11][1]["id"], *made_before]
+
+
+def test_a_threads_first_invoke_starts_its_run_as_likely_new(
+        saver: RemitSaver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's start tells the store whether the load found a checkpoint: a new thread's
+    first invoke starts its run as ``likely_new`` (PostgreSQL then inserts it in one
+    statement), a later one as a run that exists; both record the same lifecycle."""
+    hints: list[bool] = []
+    start_run = saver.store.start_run
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        hints.append(kwargs.get("likely_new", False))
+        return start_run(*args, **kwargs)
+
+    monkeypatch.setattr(saver.store, "start_run", spying)
+    graph = linear_graph(saver)
+    config = cfg()
+    first = graph.invoke({"items": [], "count": 0}, config)
+    assert graph.invoke({"items": [], "count": 0}, config)["count"] == first["count"]
+    asyncio.run(graph.ainvoke({"items": [], "count": 0}, cfg()))
+    assert hints == [True, False, True]
+    thread = config["configurable"]["thread_id"]
+    run = saver.store.get_run(thread)
+    assert run is not None and run.status == "done" and run.attempts == 2

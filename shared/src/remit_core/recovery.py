@@ -219,9 +219,11 @@ class RunKeeper:
 
 
 def keep_run(store: Store, run_id: str, *, framework: str, name: str,
-             lease: float | None = None) -> RunKeeper:
+             lease: float | None = None, likely_new: bool = False) -> RunKeeper:
     """Start keeping one execution of run ``run_id`` (see the module's docstring), with a
     lease of ``lease`` seconds (default: the store's), renewed every third of it.
+    ``likely_new``: the adapter found nothing stored for the run (see
+    :meth:`Store.start_run <remit_core.store.Store.start_run>`).
 
     Inside :func:`recovering` of the same run this is the recoverer's execution: it
     re-enters under the recoverer's owner (the recoverer renews the lease). Otherwise it
@@ -238,7 +240,8 @@ def keep_run(store: Store, run_id: str, *, framework: str, name: str,
         return RunKeeper(store, run_id, RunStart("reentered", run), run.owner,
                          _recovery=recovery)
     owner = new_owner()
-    start = store.start_run(run_id, framework=framework, name=name, owner=owner, lease=lease)
+    start = store.start_run(run_id, framework=framework, name=name, owner=owner, lease=lease,
+                            likely_new=likely_new)
     keeper = RunKeeper(store, run_id, start, owner)
     if start.outcome == "taken_over":
         log.warning("remit: run %s: %s takes over from %s, whose lease expired", run_id,
@@ -255,10 +258,10 @@ def keep_run(store: Store, run_id: str, *, framework: str, name: str,
 
 
 async def akeep_run(store: Store, run_id: str, *, framework: str, name: str,
-                    lease: float | None = None) -> RunKeeper:
+                    lease: float | None = None, likely_new: bool = False) -> RunKeeper:
     """:func:`keep_run` from a coroutine (its store I/O awaits the async driver)."""
     return await aio.run(keep_run, store, run_id, framework=framework, name=name,
-                         lease=lease)
+                         lease=lease, likely_new=likely_new)
 
 
 # ============================================================================== recovering

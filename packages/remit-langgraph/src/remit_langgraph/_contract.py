@@ -423,16 +423,18 @@ class ConsumeGate:
 _keepers: weakref.WeakKeyDictionary[Any, RunKeeper] = weakref.WeakKeyDictionary()
 
 
-def keep_lifecycle(saver: GatedSaver, config: Mapping[str, Any], loop: Any | None) -> None:
+def keep_lifecycle(saver: GatedSaver, config: Mapping[str, Any], loop: Any | None, *,
+                   found: bool = True) -> None:
     """A root loop that got past the gate (its first load) executes its thread: keep the
     thread's lifecycle from here to the loop's exit (:meth:`_Hooks.exited`), under the
     graph's name. A loop collected without exiting stops renewing: its lease then runs
-    out and the thread reads as abandoned."""
+    out and the thread reads as abandoned. ``found``: the load found a checkpoint (if
+    not, the thread is most likely new: ``likely_new``)."""
     if loop is None or _seam.view(loop).is_nested:
         return
     thread_id = str(config.get("configurable", {})["thread_id"])
     keeper = keep_run(saver.store, thread_id, framework=FRAMEWORK,
-                      name=_seam.graph_name() or DEFAULT_NAME)
+                      name=_seam.graph_name() or DEFAULT_NAME, likely_new=not found)
     with _lock:
         _keepers[loop] = keeper
     weakref.finalize(loop, keeper.close)

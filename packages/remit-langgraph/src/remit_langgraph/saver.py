@@ -276,7 +276,7 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
             return loaded  # a read, or a later load of an invocation that loaded already
         note_load(self, config, loop, addressed=checkpoint_id is not None)
         gated = self._gate.on_load(dict(config), loaded, loop)
-        keep_lifecycle(self, config, loop)
+        keep_lifecycle(self, config, loop, found=found is not None)
         return gated
 
     def list(

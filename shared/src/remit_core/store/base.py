@@ -723,13 +723,18 @@ class Store(ABC):
     # ================================================================================= lifecycle
 
     def start_run(self, run_id: str, *, framework: str, name: str, owner: str,
-                  lease: float | None = None) -> RunStart:
+                  lease: float | None = None, likely_new: bool = False) -> RunStart:
         """An executor starts or continues run ``run_id``: atomically record it as the
         run's executor, with a lease it renews while it works (:meth:`renew_run`) and an
         end it records (:meth:`end_run`). See
         :func:`remit_core.store.decisions.start_run`: another executor's live lease is
-        ``busy`` (the call does not own the run), an expired one is taken over."""
-        return self._run_start(run_id, framework, name, owner, lease, None)
+        ``busy`` (the call does not own the run), an expired one is taken over.
+
+        ``likely_new``: a hint that the run has no lifecycle yet (its adapter found nothing
+        stored for it), so the backend tries to insert it before it reads what is stored
+        (one round trip on PostgreSQL where a start that reads first takes two). The
+        decision is the same either way; a wrong hint only costs time."""
+        return self._run_start(run_id, framework, name, owner, lease, None, likely_new)
 
     def recover_run(self, run_id: str, *, owner: str, lease: float | None = None,
                     retry_failed: bool = False, attention: bool = False,
@@ -787,10 +792,11 @@ class Store(ABC):
         return Recovery(retake, max_attempts, exhausted)
 
     def _run_start(self, run_id: str, framework: str, name: str, owner: str,
-                   lease: float | None, recovery: Recovery | None) -> RunStart:
+                   lease: float | None, recovery: Recovery | None,
+                   likely_new: bool = False) -> RunStart:
         outcome, row, now = self._call(self._start_run, run_id, str(framework), str(name),
                                        owner, self.lease if lease is None else lease,
-                                       recovery)
+                                       recovery, likely_new)
         state = None if row is None else self._run_state(row, now)
         return RunStart(outcome, state,
                         row.previous_owner if outcome == "taken_over" and row else None)
@@ -1443,9 +1449,11 @@ class Store(ABC):
 
     @abstractmethod
     def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,
-                   recovery: Recovery | None) -> tuple[RunStartOutcome, RunRow | None, float]:
+                   recovery: Recovery | None, likely_new: bool = False
+                   ) -> tuple[RunStartOutcome, RunRow | None, float]:
         """:func:`~remit_core.store.decisions.start_run`, in one atomic operation; also
-        returns the backend's clock as the decision saw it."""
+        returns the backend's clock as the decision saw it. ``likely_new``: see
+        :meth:`start_run`."""
 
     @abstractmethod
     def _take_runs(self, framework: str, name: str | None, owner: str, lease: float,

@@ -1011,8 +1011,8 @@ class PostgresStore(sql.SqlStore):
     def _reading(self) -> contextlib.AbstractContextManager[Conn]:
         return self._conn()
 
-    def _decide(self, records: sql.Records[sql.R], key: str, decide: sql.Decide[sql.R]
-                ) -> Verdict[Any, Any]:
+    def _decide(self, records: sql.Records[sql.R], key: str, decide: sql.Decide[sql.R], *,
+                insert_first: bool = False) -> Verdict[Any, Any]:
         # In autocommit, without a row lock: a verdict on a new key that inserts (``run``,
         # ``won``) is one atomic INSERT, which reads the stored row with the server's
         # clock in the same statement when the key exists (``Records.insert_or_select``);
@@ -1021,10 +1021,11 @@ class PostgresStore(sql.SqlStore):
         # one compare-and-set UPDATE that applies only while the row is still the one read
         # (every column). One round trip for a first call or a replay, two for a change.
         # A run's lifecycle is read first (``records.kept``: most starts continue a run),
-        # then inserted or changed: two round trips. (Through insert_or_select, interleaved
-        # on one store, medians of 6 x 200: a new run's start took 452 us against 620, but
-        # a parked run's, found by the insert and then changed, 706 us against 604.) k
-        # racers for one key do not queue on a lock. Deciding on the committed row orders this call
+        # then inserted or changed: two round trips, unless the caller expects it new
+        # (``insert_first``). (Through insert_or_select, interleaved on one store, medians
+        # of 6 x 200: a new run's start took 452 us against 620, but a parked run's, found
+        # by the insert and then changed, 706 us against 604.) k racers for one key do not
+        # queue on a lock. Deciding on the committed row orders this call
         # before any concurrent change of it, as a lock would order it after; a key
         # committed after the statement's snapshot (a concurrent first call), or a
         # compare-and-set that finds the row changed (a concurrent writer won), goes
@@ -1032,7 +1033,7 @@ class PostgresStore(sql.SqlStore):
         fresh = decide(None, 0.0)  # with now 0: its times are offsets from the clock
         inserts = fresh.write == "insert"
         with self._conn() as conn:
-            if inserts and not records.kept:
+            if inserts and (insert_first or not records.kept):
                 r = conn.execute(records.insert_or_select, records.params(fresh.row)
                                  ).fetchone()
                 if r is not None and r[0]:

@@ -1874,7 +1874,9 @@ class RedisStore(Store):
     # ----------------------------------------------------------------------- run lifecycle
 
     def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,
-                   recovery: Recovery | None) -> tuple[RunStartOutcome, RunRow | None, float]:
+                   recovery: Recovery | None, likely_new: bool = False
+                   ) -> tuple[RunStartOutcome, RunRow | None, float]:
+        # (one script whether the run is new or not: likely_new changes nothing here)
         k = self._k
         retake = "," + ",".join(recovery.retake if recovery else ()) + ","
         exhausted = recovery.exhausted if recovery else None

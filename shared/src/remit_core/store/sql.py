@@ -461,9 +461,12 @@ class SqlStore(Store):
         """A connection for reading."""
 
     @abstractmethod
-    def _decide(self, records: Records[R], key: str, decide: Decide[R]) -> Verdict[Any, Any]:
+    def _decide(self, records: Records[R], key: str, decide: Decide[R], *,
+                insert_first: bool = False) -> Verdict[Any, Any]:
         """In one atomic operation: read the record ``key`` (or None), take
-        ``decide(record, now)`` and write its verdict (:meth:`_apply`). Returns the verdict."""
+        ``decide(record, now)`` and write its verdict (:meth:`_apply`). Returns the verdict.
+        ``insert_first``: try a verdict on a new key before reading, as for records that
+        are not ``kept``."""
 
     def _clock(self) -> dict[str, Any]:
         """The parameters the dialect's ``now`` needs (none for a server clock)."""
@@ -762,7 +765,7 @@ class SqlStore(Store):
     # ---------------------------------------------------------------------------- lifecycle
 
     def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,
-                   recovery: records.Recovery | None
+                   recovery: records.Recovery | None, likely_new: bool = False
                    ) -> tuple[records.RunStartOutcome, RunRow | None, float]:
         seen: list[float] = []
 
@@ -773,7 +776,7 @@ class SqlStore(Store):
                                        owner=owner, lease=lease, recovery=recovery,
                                        now=now)
 
-        v = self._decide(self._lifecycle, run_id, decide)
+        v = self._decide(self._lifecycle, run_id, decide, insert_first=likely_new)
         # (an insert stamped by the server clock was decided at now 0: its started_at is now)
         now = v.row.started_at if v.write == "insert" and v.row is not None else seen[-1]
         return v.outcome, v.row, now

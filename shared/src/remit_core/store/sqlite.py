@@ -534,13 +534,13 @@ class SqliteStore(sql.SqlStore):
     def _clock(self) -> dict[str, Any]:
         return {"now": self._now()}
 
-    def _decide(self, records: sql.Records[sql.R], key: str, decide: sql.Decide[sql.R]
-                ) -> Verdict[Any, Any]:
+    def _decide(self, records: sql.Records[sql.R], key: str, decide: sql.Decide[sql.R], *,
+                insert_first: bool = False) -> Verdict[Any, Any]:
         # A verdict on a new key that inserts (``run``, ``won``) is one insert-if-absent
         # statement; if the key exists (a replay, a take-over ...), or is mostly there
         # already (a run's lifecycle), BEGIN IMMEDIATE holds the database's write lock
         # from the read to the commit
-        if not records.kept:
+        if insert_first or not records.kept:
             with self._one_statement() as conn:
                 fresh = decide(None, self._now())  # now read once this process may write
                 if (fresh.write == "insert" and conn.execute(
