@@ -326,23 +326,20 @@ class Records(Generic[R]):
                        f"({', '.join(d.p(c, t) for c, t in columns)})")
         #: insert-if-absent (the rows affected tell whether it inserted)
         self.insert_new = f"{self.insert} ON CONFLICT (key) DO NOTHING"
+        # the insert-if-absent of a row whose every time is an offset from the clock n.t
+        stamped = (f"INSERT INTO {table} ({cols}) SELECT "
+                   + ", ".join(f"n.t + {d.p(c, t)}" if t == "float8" else d.p(c, t)
+                               for c, t in columns))
+        returning = f"ON CONFLICT (key) DO NOTHING RETURNING {cols}"
         #: insert-if-absent with every time an offset from the clock (``n.t``), returning
         #: the row written, or nothing when the key exists
-        self.insert_stamped = (
-            f"INSERT INTO {table} ({cols}) SELECT "
-            + ", ".join(f"n.t + {d.p(c, t)}" if t == "float8" else d.p(c, t)
-                        for c, t in columns)
-            + f" FROM (SELECT {d.now} AS t) AS n ON CONFLICT (key) DO NOTHING "
-            f"RETURNING {cols}")
+        self.insert_stamped = f"{stamped} FROM (SELECT {d.now} AS t) AS n {returning}"
         #: :attr:`insert_stamped` and, when the key exists, :attr:`select_now`, in one
         #: statement (PostgreSQL): (true, the row written, now) or (false, the stored row,
         #: now); no row when the key was committed after the statement's snapshot (a
         #: concurrent inserter: the insert waited for it, the read cannot see it)
         self.insert_or_select = (
-            f"WITH n AS (SELECT {d.now} AS t), ins AS (INSERT INTO {table} ({cols}) SELECT "
-            + ", ".join(f"n.t + {d.p(c, t)}" if t == "float8" else d.p(c, t)
-                        for c, t in columns)
-            + f" FROM n ON CONFLICT (key) DO NOTHING RETURNING {cols}) "
+            f"WITH n AS (SELECT {d.now} AS t), ins AS ({stamped} FROM n {returning}) "
             f"SELECT true, {cols}, (SELECT t FROM n) FROM ins UNION ALL "
             f"SELECT false, {cols}, n.t FROM {table}, n WHERE {key} "
             "AND NOT EXISTS (SELECT FROM ins)")

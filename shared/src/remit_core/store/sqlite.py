@@ -538,8 +538,8 @@ class SqliteStore(sql.SqlStore):
                 insert_first: bool = False) -> Verdict[Any, Any]:
         # A verdict on a new key that inserts (``run``, ``won``) is one insert-if-absent
         # statement; if the key exists (a replay, a take-over ...), or is mostly there
-        # already (a run's lifecycle), BEGIN IMMEDIATE holds the database's write lock
-        # from the read to the commit
+        # already (a run's lifecycle, unless the caller expects it new: insert_first),
+        # BEGIN IMMEDIATE holds the database's write lock from the read to the commit
         if insert_first or not records.kept:
             with self._one_statement() as conn:
                 fresh = decide(None, self._now())  # now read once this process may write
