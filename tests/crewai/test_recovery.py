@@ -795,6 +795,36 @@ def test_a_kickoff_keeps_the_lifecycle_done_or_failed(
     assert store.get_run(flow.state.id) is not None
 
 
+def test_a_flow_ids_first_kickoff_starts_its_run_as_likely_new(
+        persistence: RemitFlowPersistence, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The execution's start tells the store whether the flow id had anything stored: a
+    new id's first kickoff starts its run as ``likely_new`` (PostgreSQL then inserts it in
+    one statement), a later kickoff of the same execution as a run that exists; the
+    lifecycle is the same either way."""
+    store = persistence.store
+    hints: list[bool] = []
+    start_run = store.start_run
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        hints.append(kwargs.get("likely_new", False))
+        return start_run(*args, **kwargs)
+
+    monkeypatch.setattr(store, "start_run", spying)
+    steer = Lifecycle(persistence)
+    steer.outage = True
+    with pytest.raises(ValueError, match="out of boxes"):
+        steer.flows["Orders"]().kickoff(inputs={"id": "o-1"})
+    steer.outage = False
+    assert steer.flows["Orders"]().kickoff(inputs={"id": "o-1"}) == "packed"
+    flow = steer.flows["Named"]()
+    flow.kickoff()  # no inputs: a new flow id
+    assert hints == [True, False, True]
+    run = store.get_run("o-1")
+    assert run is not None and (run.status, run.attempts) == ("done", 2)
+    named = store.get_run(flow.state.id)
+    assert named is not None and (named.status, named.attempts) == ("done", 1)
+
+
 def test_a_cancelled_kickoff_is_failed(persistence: RemitFlowPersistence) -> None:
     steer = Lifecycle(persistence)
     hangs = steer.flows["Hangs"]

@@ -110,6 +110,41 @@ def test_a_run_is_done_at_its_end_and_parked_when_left_before_it(store: Store) -
     assert store.get_run("park").attempts == 2  # type: ignore[union-attr]
 
 
+def test_a_runs_first_block_starts_its_run_as_likely_new(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The execution's start tells the store whether the block wrote the run's first
+    snapshot: a new run starts as ``likely_new`` (PostgreSQL then inserts it in one
+    statement), a block that resumes a stored run as a run that exists; the lifecycle is
+    the same either way."""
+    hints: list[bool] = []
+    start_run = store.start_run
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        hints.append(kwargs.get("likely_new", False))
+        return start_run(*args, **kwargs)
+
+    monkeypatch.setattr(store, "start_run", spying)
+
+    async def scenario() -> None:
+        await w.graph.run(w.A(), state=job("new"),
+                          persistence=RemitStatePersistence(store, run_id="new"))
+        async with w.graph.iter(w.A(), state=job("park"),
+                                persistence=RemitStatePersistence(store, run_id="park")) as run:
+            async for node in run:
+                if isinstance(node, w.C):
+                    break
+        async with w.graph.iter_from_persistence(
+                RemitStatePersistence(store, run_id="park")) as run:
+            async for _node in run:
+                pass
+
+    asyncio.run(scenario())
+    assert hints == [True, True, False]
+    for run_id, attempts in (("new", 1), ("park", 2)):
+        state = store.get_run(run_id)
+        assert state is not None and (state.status, state.attempts) == ("done", attempts)
+
+
 def test_a_node_that_raises_or_is_cancelled_fails_its_execution(store: Store) -> None:
     async def scenario() -> None:
         with pytest.raises(RuntimeError, match="C refused"):

@@ -139,29 +139,32 @@ class _Run:
             if isinstance(state, BaseModel):
                 self.state_type = type(state)
                 self.persistence.remember_state_type(fid, type(state))
+            first = False  # the flow id has nothing stored: its lifecycle is likely new
             if kickoff and not self._ended:
                 # before the lifecycle: a process killed between the two leaves no run to
                 # recover (as before a first method), never one recovered without its inputs
-                self._store_kickoff_state(fid)
+                first = self._store_kickoff_state(fid) and current.number == 0 \
+                    and not current.finished
             if not self._ended:  # the execution starts here: its id is final
                 self.keeper = keep_run(self.store, fid, framework=FRAMEWORK,
-                                       name=flow_name(self.flow))
+                                       name=flow_name(self.flow), likely_new=first)
             self.flow_id = fid
             return fid
 
-    def _store_kickoff_state(self, fid: str) -> None:
+    def _store_kickoff_state(self, fid: str) -> bool:
         """LV, RD: make the state this kickoff starts its first method with durable before
         that method runs (CrewAI stores a state only after a method), so that a recovery
         of a flow killed inside its first method (``kickoff(inputs={"id": ...})``, which
         restores the latest state) starts it from the same state: the kickoff's inputs on
         the class's defaults, on the previous execution's state, or on a fork's source.
         Stored only when a recovery would restore something else (see
-        :meth:`RemitFlowPersistence.save_kickoff_state`); CV: checked like every state."""
+        :meth:`RemitFlowPersistence.save_kickoff_state`); CV: checked like every state.
+        True when the flow id had no state stored before."""
         state = self.flow.state
         step = f"e{self.epoch}/{KICKOFF_METHOD}"
         data = dump_state(state, flow_id=fid, step=step, state_type=self.state_type)
-        self.persistence.save_kickoff_state(fid, self.epoch, data,
-                                            default=_default_state(state, fid, step))
+        return self.persistence.save_kickoff_state(fid, self.epoch, data,
+                                                   default=_default_state(state, fid, step))[1]
 
     def end(self, exc: BaseException | None = None, result: Any = None) -> None:
         """Record how this execution ended (once; nothing if it never bound a flow id):

@@ -328,10 +328,11 @@ class RemitFlowPersistence(FlowPersistence):
                     method=method_name, epoch=epoch, step=step)
 
     def save_kickoff_state(self, flow_uuid: str, epoch: int, state: dict[str, Any], *,
-                           default: dict[str, Any] | None) -> bool:
+                           default: dict[str, Any] | None) -> tuple[bool, bool]:
         """Store ``state`` (checked already, as :func:`dump_state` gives it) as the state
         that execution ``epoch`` of the flow starts its first method with, before that
-        method runs; True when it was stored.
+        method runs. Returns (stored, first): whether it was stored, and whether the flow
+        id had no state stored before this call.
 
         CrewAI stores a state only after a method, and a kickoff of the flow id restores
         the latest stored one (the class's defaults, ``default``, when there is none). So
@@ -342,19 +343,20 @@ class RemitFlowPersistence(FlowPersistence):
         (its next method starts from them). Its id is derived from (flow, epoch): the
         same in every process (RD)."""
         latest = self.store.get_checkpoint(flow_uuid, with_writes=False)
+        first = latest is None
         if latest is None:
             restored = default
         else:
             data = latest.data if isinstance(latest.data, dict) else {}
             meta = latest.metadata if isinstance(latest.metadata, dict) else {}
             if int(data.get("epoch", 0)) >= epoch and "migrated_from" not in meta:
-                return False  # this execution stored a state already
+                return False, first  # this execution stored a state already
             restored = data.get("state")
         if restored == state:
-            return False
+            return False, first
         self._write(flow_uuid, derive_id(flow_uuid, f"crewai-kickoff/e{epoch}"), state=state,
                     method=KICKOFF_METHOD, epoch=epoch, step=f"e{epoch}/{KICKOFF_METHOD}")
-        return True
+        return True, first
 
     def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
         latest = self.store.get_checkpoint(flow_uuid, with_writes=False)

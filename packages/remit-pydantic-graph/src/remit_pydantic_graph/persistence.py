@@ -170,6 +170,8 @@ class _Execution:
     depth: int = 1  # blocks of this persistence nested in each other: the outermost keeps
     keeper: RunKeeper | None = None
     finalizer: weakref.finalize[Any, Any] | None = None
+    #: the block wrote the run's first snapshot: the run is new, and so is its lifecycle
+    first: bool = False
 
 
 @dataclass
@@ -444,6 +446,8 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
                 key=self._key(str(exc.owner)), run_id=self.run_id, step=new_id,
                 owner=exc.owner, status="started",
             ) from None
+        if self._execution is not None:
+            self._execution.first = True
         target.set_snapshot_id(new_id)
         self._known.add(new_id)
         self._mine = new_id
@@ -639,13 +643,14 @@ class RemitStatePersistence(BaseStatePersistence[StateT, RunEndT]):
     async def _keep(self, sid: str, claim: Claim) -> None:
         """The block claimed its first snapshot (it runs or loads a node): start keeping
         the execution (:func:`remit_core.adapter.keep_run`; inside a recovery, the
-        recoverer's). On failure the claim is given back and the error raised."""
+        recoverer's), ``likely_new`` when the block wrote the run's first snapshot. On
+        failure the claim is given back and the error raised."""
         ex = self._execution
         if ex is None or ex.keeper is not None:
             return
         try:
             keeper = await akeep_run(self.store, self.run_id, framework=FRAMEWORK,
-                                     name=graph_name(ex.graph))
+                                     name=graph_name(ex.graph), likely_new=ex.first)
         except BaseException:
             self._abandon(sid, claim)
             raise
