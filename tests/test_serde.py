@@ -10,7 +10,7 @@ import uuid
 from typing import Any, NamedTuple
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, RootModel, model_validator
 
 from remit_core import CorruptRecord, SerializationError, derive_id
 from remit_core.serde import Serde, decode, digest, encode
@@ -121,6 +121,63 @@ def test_allowed_modules_are_never_imported() -> None:
     finally:
         sys.modules["fractions"] = saved
         del fractions.Color  # type: ignore[attr-defined]
+
+
+class Built(BaseModel):
+    """A model with an __init__ of its own and validators that count their calls."""
+
+    x: int
+    tags: list[str] = []
+
+    def __init__(self, **fields: Any) -> None:
+        BUILT.append(("init", dict(fields)))
+        super().__init__(**fields)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _wrap(cls, data: Any, handler: Any) -> Any:
+        BUILT.append("wrap")
+        return handler(data)
+
+    @model_validator(mode="after")
+    def _after(self) -> Built:
+        BUILT.append("after")
+        return self
+
+
+BUILT: list[Any] = []
+
+
+class Rooted(RootModel[dict[str, int]]):
+    pass
+
+
+def test_a_model_with_its_own_init_is_built_as_the_application_builds_it() -> None:
+    """Decoding calls the model's own __init__ once with the stored fields, and its wrap and
+    after validators run once, as in ``Built(**fields)`` (``model_validate`` would run them
+    twice around the __init__). A root model is validated: its fields are its root. Stored
+    fields the model refuses are a CorruptRecord."""
+    data = encode(Built(x=1, tags=["a"]))
+    BUILT.clear()
+    back = decode(data)
+    assert back == Built(x=1, tags=["a"])
+    BUILT.clear()
+    assert decode(data) == back
+    assert BUILT == [("init", {"x": 1, "tags": ["a"]}), "wrap", "after"]
+    rooted = Rooted({"root": 1, "other": 2})
+    assert decode(encode(rooted)) == rooted
+    with pytest.raises(CorruptRecord, match="ValidationError"):
+        decode(_with_field(encode(Built(x=1)), "x", "not a number"))
+
+
+def _with_field(data: bytes, field: str, value: Any) -> bytes:
+    """``data`` (a model's envelope) with one stored field replaced."""
+    import msgpack
+
+    body = msgpack.unpackb(data[1:], strict_map_key=False)
+    name, fields = msgpack.unpackb(body.data)
+    fields[field] = value
+    return data[:1] + msgpack.packb(msgpack.ExtType(body.code, msgpack.packb([name, fields])))
 
 
 def test_registered_types() -> None:
