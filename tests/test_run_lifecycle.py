@@ -29,6 +29,20 @@ BREAK = os.environ.get("REMIT_TEST_BREAK", "")
 EXPIRED = 0.0
 
 
+def likely_new_hints(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The ``likely_new`` hint of every ``store.start_run`` from now on (an adapter's
+    execution starts), in order; the starts themselves run as before."""
+    hints: list[bool] = []
+    start_run = store.start_run
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        hints.append(kwargs.get("likely_new", False))
+        return start_run(*args, **kwargs)
+
+    monkeypatch.setattr(store, "start_run", spying)
+    return hints
+
+
 def run_id(tag: str) -> str:
     return f"{tag}-{os.urandom(4).hex()}"
 

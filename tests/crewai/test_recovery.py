@@ -65,6 +65,7 @@ from remit_crewai.recovery import recoverable
 from tests import procs
 from tests.crewai import cw_recovery_workers as w
 from tests.test_races import drain, join_all
+from tests.test_run_lifecycle import likely_new_hints
 
 # Fresh processes forked from a server that imported CrewAI (and started no thread):
 # spawn's isolation without ~10 s of imports per child (one server for the whole
@@ -802,14 +803,7 @@ def test_a_flow_ids_first_kickoff_starts_its_run_as_likely_new(
     one statement), a later kickoff of the same execution as a run that exists; the
     lifecycle is the same either way."""
     store = persistence.store
-    hints: list[bool] = []
-    start_run = store.start_run
-
-    def spying(*args: Any, **kwargs: Any) -> Any:
-        hints.append(kwargs.get("likely_new", False))
-        return start_run(*args, **kwargs)
-
-    monkeypatch.setattr(store, "start_run", spying)
+    hints = likely_new_hints(store, monkeypatch)
     steer = Lifecycle(persistence)
     steer.outage = True
     with pytest.raises(ValueError, match="out of boxes"):

@@ -32,6 +32,7 @@ from remit_core.serde import default_serde
 from remit_langgraph import RemitSaver, _seam
 from remit_langgraph._contract import derive_step_id
 from remit_langgraph._serde import EMPTY, storable
+from tests.test_run_lifecycle import likely_new_hints
 
 # the pending-write order a saver must give, where langgraph-checkpoint defines one
 # (2.1.x does not)
@@ -863,14 +864,7 @@ def test_a_threads_first_invoke_starts_its_run_as_likely_new(
     """The run's start tells the store whether the load found a checkpoint: a new thread's
     first invoke starts its run as ``likely_new`` (PostgreSQL then inserts it in one
     statement), a later one as a run that exists; both record the same lifecycle."""
-    hints: list[bool] = []
-    start_run = saver.store.start_run
-
-    def spying(*args: Any, **kwargs: Any) -> Any:
-        hints.append(kwargs.get("likely_new", False))
-        return start_run(*args, **kwargs)
-
-    monkeypatch.setattr(saver.store, "start_run", spying)
+    hints = likely_new_hints(saver.store, monkeypatch)
     graph = linear_graph(saver)
     config = cfg()
     first = graph.invoke({"items": [], "count": 0}, config)

@@ -56,6 +56,7 @@ from remit_pydantic_graph.recovery import recoverable
 from tests import procs
 from tests.pydantic_graph import pg_recovery_workers as w
 from tests.test_races import drain, join_all
+from tests.test_run_lifecycle import likely_new_hints
 
 CTX = procs.CTX
 #: the abandoned runs the eight recoverers race over (REMIT_RACE_RUNS=200: the issue's)
@@ -116,14 +117,7 @@ def test_a_runs_first_block_starts_its_run_as_likely_new(
     snapshot: a new run starts as ``likely_new`` (PostgreSQL then inserts it in one
     statement), a block that resumes a stored run as a run that exists; the lifecycle is
     the same either way."""
-    hints: list[bool] = []
-    start_run = store.start_run
-
-    def spying(*args: Any, **kwargs: Any) -> Any:
-        hints.append(kwargs.get("likely_new", False))
-        return start_run(*args, **kwargs)
-
-    monkeypatch.setattr(store, "start_run", spying)
+    hints = likely_new_hints(store, monkeypatch)
 
     async def scenario() -> None:
         await w.graph.run(w.A(), state=job("new"),
