@@ -1,7 +1,8 @@
 """Copy a whole store (every run, receipt and claim), for the recovery-determinism test.
 
-A test-side helper that knows each backend's layout; remit itself has no
-store-to-store copy. The copy is taken while no process writes.
+A test-side helper that knows each backend's layout (on PostgreSQL its tables and the
+functions its migrations create); remit itself has no store-to-store copy. The copy is
+taken while no process writes.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ def clone_store(backend: str, url: str) -> tuple[str, Callable[[], None]]:
             conn.execute(
                 f"SELECT setval(pg_get_serial_sequence('\"{new}\".remit_checkpoints', 'seq'), "
                 f'COALESCE((SELECT max(seq) FROM "{new}".remit_checkpoints), 0) + 1, false)')
+            # the layout's functions (a step's write, a checkpoint's read), each created in
+            # the store's schema with that schema as its search_path: the same in the copy's
+            for (definition,) in conn.execute(
+                    "SELECT pg_get_functiondef(p.oid) FROM pg_proc AS p JOIN pg_namespace AS n "
+                    "ON n.oid = p.pronamespace WHERE n.nspname = %s", (old,)).fetchall():
+                conn.execute(definition.replace(old, new))
 
         def drop() -> None:
             with psycopg.connect(base, autocommit=True) as conn:
