@@ -155,15 +155,14 @@ class Rooted(RootModel[dict[str, int]]):
 def test_a_model_with_its_own_init_is_built_as_the_application_builds_it() -> None:
     """Decoding calls the model's own __init__ once with the stored fields, and its wrap and
     after validators run once, as in ``Built(**fields)`` (``model_validate`` would run them
-    twice around the __init__). A root model is validated: its fields are its root. Stored
-    fields the model refuses are a CorruptRecord."""
+    twice around the __init__). A model without its own __init__ (here a root model, whose
+    fields are its root) is validated with ``model_validate``. Stored fields the model
+    refuses are a CorruptRecord."""
     data = encode(Built(x=1, tags=["a"]))
     BUILT.clear()
     back = decode(data)
-    assert back == Built(x=1, tags=["a"])
-    BUILT.clear()
-    assert decode(data) == back
     assert BUILT == [("init", {"x": 1, "tags": ["a"]}), "wrap", "after"]
+    assert back == Built(x=1, tags=["a"])
     rooted = Rooted({"root": 1, "other": 2})
     assert decode(encode(rooted)) == rooted
     with pytest.raises(CorruptRecord, match="ValidationError"):

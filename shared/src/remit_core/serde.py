@@ -783,13 +783,12 @@ class Serde:
         if type(data) is not dict:
             raise ValueError(f"malformed {_KIND[code]} record")
         fields = self._walk_map(data, level + 1, record)
-        if code == _MODEL and (not getattr(found, "__pydantic_custom_init__", False)
-                               or getattr(found, "__pydantic_root_model__", False)):
+        if code == _MODEL and not getattr(found, "__pydantic_custom_init__", False):
             return found.model_validate(fields)
         # a dataclass, or a model with an __init__ of its own (LangChain's messages): built
         # as the application builds it. model_validate would call that __init__ with the
-        # fields as keywords too, but inside a validation of its own that runs the
-        # model's wrap and after validators a second time around it.
+        # fields as keywords too (a root model's as well), but inside a validation of its
+        # own that runs the model's wrap and after validators a second time around it.
         return found(**fields)
 
     def _class_named(self, name: str, code: int, record: str) -> Any:
