@@ -326,6 +326,39 @@ def test_eight_recoverers_race_and_one_takes_each_run(store_url: str) -> None:
             assert state is not None and state.fence == 2 and state.status == "running"
 
 
+def test_eight_executors_race_to_continue_a_parked_run_and_one_does(store_url: str) -> None:
+    """Eight processes start (continue) the same 25 parked runs, each with an owner of
+    its own: of each run, exactly one executor gets ``started`` and the others ``busy``
+    (on the SQL backends the start of a run that is not running is one conditional
+    statement, decisions.CONTINUE_RUN)."""
+    k, n = 8, 25
+    runs = [run_id("continue") for _ in range(n)]
+    with open_store(store_url) as s:
+        for run in runs:
+            first = s.start_run(run, framework="fw", name="g", owner="w0")
+            assert s.end_run(run, owner="w0", fence=first.run.fence, status="parked")
+    barrier = CTX.Barrier(k)
+    results = CTX.Queue()
+    procs = [CTX.Process(target=workers.continue_racer,
+                         args=(store_url, runs, barrier, results, BREAK == "runs"))
+             for _ in range(k)]
+    for p in procs:
+        p.start()
+    got = drain(results, k * n)
+    join_all(procs)
+    by_run: dict[str, Counter[str]] = defaultdict(Counter)
+    for run, _pid, outcome in got:
+        by_run[run][outcome] += 1
+    bad = {r: dict(c) for r, c in by_run.items() if c != Counter(started=1, busy=k - 1)}
+    assert len(by_run) == n
+    assert not bad, f"runs without exactly one executor: {bad}"
+    with open_store(store_url) as s:
+        for run in runs:
+            state = s.get_run(run)
+            assert state is not None and (state.status, state.fence, state.attempts) == (
+                "running", 2, 2), state
+
+
 def test_eight_recoverers_take_batches_and_each_run_goes_to_one(store_url: str) -> None:
     """Eight processes take the same 200 abandoned runs, 7 at a time, until none is
     left (``Store.take_runs``): every run is taken by exactly one of them, none is left."""

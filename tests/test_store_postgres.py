@@ -266,8 +266,10 @@ def test_a_first_call_or_a_replay_of_a_receipt_or_claim_is_one_statement(
     statement whether the key is new or stored: the insert reads the stored row with the
     server's clock when the key exists, and a replay is decided on it. A verdict that
     changes the stored row adds its compare-and-set. (Before, a replay tried the insert
-    and then read the row: two statements.) A run's lifecycle is read first, then inserted
-    or changed: two; a run started as ``likely_new`` is inserted first, as a receipt."""
+    and then read the row: two statements.) A run that is not running is continued by one
+    conditional update (decisions.CONTINUE_RUN); any other lifecycle is read after it,
+    then inserted or changed; a run started as ``likely_new`` is inserted first, as a
+    receipt."""
     seen: list[str] = []
     execute = psycopg.Connection.execute
 
@@ -300,12 +302,16 @@ def test_a_first_call_or_a_replay_of_a_receipt_or_claim_is_one_statement(
             s.claim_once("c", run_id="r", owner="other", digest="d", value={"ok": True})
         assert seen == ["WITH"], seen
         seen.clear()
-        run = s.start_run("r", framework="f", name="g", owner="me")
-        assert run.outcome == "started" and seen == ["SELECT", "INSERT"], seen
+        run = s.start_run("r", framework="f", name="g", owner="me")  # new, without the hint
+        assert run.outcome == "started" and seen == ["UPDATE", "SELECT", "INSERT"], seen
         assert s.end_run("r", owner="me", fence=run.run.fence, status="parked")
         seen.clear()
         again = s.start_run("r", framework="f", name="g", owner="me")
-        assert again.outcome == "started" and seen == ["SELECT", "UPDATE"], seen
+        assert again.outcome == "started" and seen == ["UPDATE"], seen
+        assert (again.run.fence, again.run.attempts) == (run.run.fence + 1, 2)
+        seen.clear()
+        busy = s.start_run("r", framework="f", name="g", owner="other")  # running: read
+        assert busy.outcome == "busy" and seen == ["UPDATE", "SELECT"], seen
         # likely_new (the adapter found nothing stored): the insert first, reading the
         # stored row in the same statement when the run exists after all
         seen.clear()

@@ -186,6 +186,30 @@ def recover_racer(url: str, runs: list[str], barrier: Any, results: Any, broken:
         store.close()
 
 
+def continue_racer(url: str, runs: list[str], barrier: Any, results: Any,
+                   broken: bool) -> None:
+    """Start (continue) each parked run of ``runs`` with an owner of its own, released
+    with the other racers by the barrier before each run; put (run, pid, outcome).
+
+    ``broken`` switches the protection off: a racer that decides by a read (the run is
+    parked, so it is mine), to show that the test can fail.
+    """
+    store = open_store(url)
+    try:
+        for run in runs:
+            owner = new_owner()
+            barrier.wait()
+            if broken:
+                state = store.get_run(run)
+                won = state is not None and state.status == "parked"
+                results.put((run, os.getpid(), "started" if won else "busy"))
+            else:
+                started = store.start_run(run, framework="fw", name="g", owner=owner)
+                results.put((run, os.getpid(), started.outcome))
+    finally:
+        store.close()
+
+
 def batch_taker(url: str, framework: str, limit: int, barrier: Any, results: Any,
                 broken: bool) -> None:
     """Take the abandoned runs of ``framework``, ``limit`` at a time, until none is left,

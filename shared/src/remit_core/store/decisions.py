@@ -191,10 +191,12 @@ def start_run(cur: RunRow | None, *, run_id: str, framework: str, name: str, own
     status in ``recovery.retake``                 ``taken_over``: running(owner, fence+1,
                                                   attempts+1, lease), nothing it waited
                                                   for or failed with kept
+                                                  (:data:`CONTINUE_RUN`)
     any other status, recovering                  ``not_abandoned``
     parked, done, failed or needs-attention,      ``started``: running(owner, fence+1,
     not recovering                                attempts+1, lease), nothing it waited for
                                                   or failed with kept
+                                                  (:data:`CONTINUE_RUN`)
     ============================================  ===========================================
 
     ``framework`` and ``name`` are those of the newest start; a recovery keeps the run's
@@ -226,10 +228,10 @@ def start_run(cur: RunRow | None, *, run_id: str, framework: str, name: str, own
             return Verdict("not_abandoned", cur)
         if recovery.spent(cur.attempts):
             return Verdict("exhausted", cur)
-    return Verdict("taken_over" if recovery is not None else "started", dataclasses.replace(
-        cur, framework=framework, name=name, status="running", owner=owner,
-        fence=cur.fence + 1, lease_until=now + lease, waiting=None, error=None,
-        attempts=cur.attempts + 1, started_at=now, updated_at=now), "update")
+    continued = apply(CONTINUE_RUN, cur, owner=owner, now=now, lease=lease,
+                      framework=framework, name=name)
+    return Verdict("taken_over" if recovery is not None else "started", continued.row,
+                   "update")
 
 
 def end_run(cur: RunRow | None, *, owner: str, fence: int, status: RunEnd,
@@ -290,6 +292,12 @@ class From(enum.Enum):
     NOW = "now"
     LEASE_END = "now + lease"
     RESULT = "result"
+    #: the caller's owner token, framework and name (of a run)
+    OWNER = "owner"
+    FRAMEWORK = "framework"
+    NAME = "name"
+    #: the stored number plus one (a fence, a count of executions)
+    NEXT = "+ 1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,12 +306,13 @@ class Change:
     and the caller is told False).
 
     The guard: the record exists, the caller holds it (:func:`holds`) unless
-    ``fenced`` is False (an operator's repair), and its status is ``status`` when that
-    is given. The SQL backends render a change as one conditional statement
+    ``fenced`` is False (an operator's repair, or a change any caller may make), and its
+    status is ``status`` (one of them, for a tuple) when that is given. The SQL backends
+    render a change as one conditional statement
     (:meth:`remit_core.store.sql.Records.change`); :func:`apply` is its meaning.
     """
 
-    status: str | None
+    status: str | tuple[str, ...] | None
     #: column -> the value it gets (a constant: a status, a number or None; or one of
     #: :class:`From`); None: the record is deleted
     sets: Mapping[str, str | float | From | None] | None
@@ -334,22 +343,36 @@ END_RUN: Mapping[str, Change] = {
     for status in ("parked", "done", "failed", "needs-attention")}
 #: LV: keep the lease of a run in progress
 RENEW_RUN = Change("running", {"lease_until": From.LEASE_END})
+#: :func:`start_run` of a run that is not running (parked, done, failed or needing
+#: attention): the caller executes it from now on, with a lease, and nothing it waited
+#: for or failed with is kept; one conditional statement on the SQL backends, where a
+#: start that reads the record first takes two round trips (PostgreSQL)
+CONTINUE_RUN = Change(("parked", "done", "failed", "needs-attention"), {
+    "framework": From.FRAMEWORK, "name": From.NAME, "status": "running",
+    "owner": From.OWNER, "fence": From.NEXT, "lease_until": From.LEASE_END,
+    "waiting": None, "error": None, "attempts": From.NEXT, "started_at": From.NOW,
+    "updated_at": From.NOW}, fenced=False)
 
 
 def apply(change: Change, cur: R | None, *, owner: str | None = None,
           fence: int | None = None, now: float, lease: float = 0.0,
-          result: bytes | None = None) -> Verdict[bool, R | None]:
+          result: bytes | None = None, framework: str = "", name: str = ""
+          ) -> Verdict[bool, R | None]:
     """The verdict of ``change`` on the stored record ``cur``."""
     if cur is None or (change.fenced and not holds(cur, owner, fence)) or (
-            change.status is not None and cur.status != change.status):
+            change.status is not None and cur.status not in (
+                (change.status,) if isinstance(change.status, str) else change.status)):
         return Verdict(False, cur)
     if change.sets is None:
         return Verdict(True, cur, "delete")
-    given = {From.NOW: now, From.LEASE_END: now + lease, From.RESULT: result}
-    values = {col: given[v] if isinstance(v, From) else v for col, v in change.sets.items()}
+    given = {From.NOW: now, From.LEASE_END: now + lease, From.RESULT: result,
+             From.OWNER: owner, From.FRAMEWORK: framework, From.NAME: name}
+    values = {col: (getattr(cur, col) + 1 if v is From.NEXT else given[v])
+              if isinstance(v, From) else v for col, v in change.sets.items()}
     return Verdict(True, dataclasses.replace(cur, **values), "update")  # type: ignore[arg-type]
 
 
-__all__ = ["COMPLETE_RECEIPT", "END_RUN", "RELEASE_CLAIM", "RELEASE_RECEIPT", "RENEW_CLAIM",
-           "RENEW_RECEIPT", "RENEW_RUN", "RESOLVE_RECEIPT", "Change", "From", "Verdict", "Write",
+__all__ = ["COMPLETE_RECEIPT", "CONTINUE_RUN", "END_RUN", "RELEASE_CLAIM", "RELEASE_RECEIPT",
+           "RENEW_CLAIM", "RENEW_RECEIPT", "RENEW_RUN", "RESOLVE_RECEIPT", "Change", "From",
+           "Verdict", "Write",
            "apply", "claim", "consume_claim", "end_run", "holds", "start_receipt", "start_run"]

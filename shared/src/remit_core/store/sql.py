@@ -369,19 +369,33 @@ class Records(Generic[R]):
             found = self._changes[id(change)] = self._render(change)
         return found
 
+    def changed(self, change: Change) -> str:
+        """``change`` as one conditional statement that returns the changed record (no
+        row: the guard did not hold)."""
+        found = self._changes.get(-id(change))
+        if found is None:
+            found = self._changes[-id(change)] = (
+                f"{self._render(change)} RETURNING {', '.join(self.names)}")
+        return found
+
     def _render(self, change: Change) -> str:
         d = self._d
         where = f"key = {d.p('key')}"
         if change.fenced:
             where += f" AND owner = {d.p('owner')} AND fence = {d.p('fence', 'int8')}"
-        if change.status is not None:
+        if isinstance(change.status, str):
             where += f" AND status = {_literal(change.status)}"
+        elif change.status is not None:
+            where += f" AND status IN ({', '.join(map(_literal, change.status))})"
         if change.sets is None:
             return f"DELETE FROM {self.table} WHERE {where}"
         terms = {From.NOW: d.now, From.LEASE_END: f"{d.now} + {d.p('lease', 'float8')}",
-                 From.RESULT: d.p("result", "bytea")}
-        sets = ", ".join(f"{c} = {terms[v] if isinstance(v, From) else _literal(v)}"
-                         for c, v in change.sets.items())
+                 From.RESULT: d.p("result", "bytea"), From.OWNER: d.p("owner", "text"),
+                 From.FRAMEWORK: d.p("framework", "text"), From.NAME: d.p("name", "text")}
+        terms[From.NEXT] = "{} + 1"  # (the column's own value, plus one)
+        sets = ", ".join(
+            f"{c} = {terms[v].format(c) if isinstance(v, From) else _literal(v)}"
+            for c, v in change.sets.items())
         return f"UPDATE {self.table} SET {sets} WHERE {where}"
 
 
@@ -764,6 +778,17 @@ class SqlStore(Store):
     def _start_run(self, run_id: str, framework: str, name: str, owner: str, lease: float,
                    recovery: records.Recovery | None, likely_new: bool = False
                    ) -> tuple[records.RunStartOutcome, RunRow | None, float]:
+        if recovery is None and not likely_new:
+            # most starts continue a run that is not running: one conditional statement
+            # (decisions.CONTINUE_RUN, what start_run decides for it); any other record,
+            # or none, is read and decided below
+            with self._writing() as conn:
+                r = conn.execute(self._lifecycle.changed(decisions.CONTINUE_RUN), {
+                    "key": run_id, "owner": owner, "framework": framework, "name": name,
+                    "lease": lease, **self._clock()}).fetchall()
+            if r:
+                row = run_row(r[0])
+                return "started", row, row.started_at
         seen: list[float] = []
 
         def decide(cur: RunRow | None, now: float
