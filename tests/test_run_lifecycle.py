@@ -299,27 +299,33 @@ def test_deleting_a_run_deletes_its_lifecycle(store: Store) -> None:
     assert run not in listed(store, framework="fw")
 
 
-def test_eight_recoverers_race_and_one_takes_each_run(store_url: str) -> None:
-    k, n = 8, 25
-    runs = [run_id("race") for _ in range(n)]
-    with open_store(store_url) as s:
-        for run in runs:  # each one's executor died: its lease has run out
-            s.start_run(run, framework="fw", name="g", owner=new_owner(), lease=EXPIRED)
+def race_for_runs(store_url: str, how: str, runs: list[str], k: int) -> None:
+    """``k`` processes race for each of ``runs`` (workers.run_racer ``how``): of each
+    run exactly one wins, the others are told ``busy``."""
     barrier = CTX.Barrier(k)
     results = CTX.Queue()
-    procs = [CTX.Process(target=workers.recover_racer,
-                         args=(store_url, runs, barrier, results, BREAK == "runs"))
+    procs = [CTX.Process(target=workers.run_racer,
+                         args=(store_url, how, runs, barrier, results, BREAK == "runs"))
              for _ in range(k)]
     for p in procs:
         p.start()
-    got = drain(results, k * n)
+    got = drain(results, k * len(runs))
     join_all(procs)
     by_run: dict[str, Counter[str]] = defaultdict(Counter)
     for run, _pid, outcome in got:
         by_run[run][outcome] += 1
-    bad = {r: dict(c) for r, c in by_run.items() if c != Counter(taken_over=1, busy=k - 1)}
-    assert len(by_run) == n
-    assert not bad, f"runs without exactly one recoverer: {bad}"
+    wins = workers.RUN_RACES[how][1]
+    bad = {r: dict(c) for r, c in by_run.items() if c != Counter({wins: 1, "busy": k - 1})}
+    assert len(by_run) == len(runs)
+    assert not bad, f"runs without exactly one winner ({how}): {bad}"
+
+
+def test_eight_recoverers_race_and_one_takes_each_run(store_url: str) -> None:
+    runs = [run_id("race") for _ in range(25)]
+    with open_store(store_url) as s:
+        for run in runs:  # each one's executor died: its lease has run out
+            s.start_run(run, framework="fw", name="g", owner=new_owner(), lease=EXPIRED)
+    race_for_runs(store_url, "recover", runs, 8)
     with open_store(store_url) as s:
         for run in runs:
             state = s.get_run(run)
@@ -331,27 +337,12 @@ def test_eight_executors_race_to_continue_a_parked_run_and_one_does(store_url: s
     its own: of each run, exactly one executor gets ``started`` and the others ``busy``
     (on the SQL backends the start of a run that is not running is one conditional
     statement, decisions.CONTINUE_RUN)."""
-    k, n = 8, 25
-    runs = [run_id("continue") for _ in range(n)]
+    runs = [run_id("continue") for _ in range(25)]
     with open_store(store_url) as s:
         for run in runs:
             first = s.start_run(run, framework="fw", name="g", owner="w0")
             assert s.end_run(run, owner="w0", fence=first.run.fence, status="parked")
-    barrier = CTX.Barrier(k)
-    results = CTX.Queue()
-    procs = [CTX.Process(target=workers.continue_racer,
-                         args=(store_url, runs, barrier, results, BREAK == "runs"))
-             for _ in range(k)]
-    for p in procs:
-        p.start()
-    got = drain(results, k * n)
-    join_all(procs)
-    by_run: dict[str, Counter[str]] = defaultdict(Counter)
-    for run, _pid, outcome in got:
-        by_run[run][outcome] += 1
-    bad = {r: dict(c) for r, c in by_run.items() if c != Counter(started=1, busy=k - 1)}
-    assert len(by_run) == n
-    assert not bad, f"runs without exactly one executor: {bad}"
+    race_for_runs(store_url, "continue", runs, 8)
     with open_store(store_url) as s:
         for run in runs:
             state = s.get_run(run)

@@ -164,36 +164,21 @@ def spin_until(predicate: Any, timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
-def recover_racer(url: str, runs: list[str], barrier: Any, results: Any, broken: bool) -> None:
-    """Try to take each abandoned run of ``runs`` for recovery, released with the other
-    racers by the barrier before each run.
-
-    ``broken`` switches the protection off: a recoverer that decides by a read (the run
-    is abandoned, so it is mine), to show that the test can fail.
-    """
-    store = open_store(url)
-    try:
-        for run in runs:
-            owner = new_owner()
-            barrier.wait()
-            if broken:
-                state = store.get_run(run)
-                won = state is not None and state.status == "abandoned"
-                results.put((run, os.getpid(), "taken_over" if won else "busy"))
-            else:
-                results.put((run, os.getpid(), store.recover_run(run, owner=owner).outcome))
-    finally:
-        store.close()
+#: what a racer of :func:`run_racer` does to a run, the status it finds the run in before,
+#: and the outcome it gets when it wins
+RUN_RACES = {"recover": ("abandoned", "taken_over"), "continue": ("parked", "started")}
 
 
-def continue_racer(url: str, runs: list[str], barrier: Any, results: Any,
-                   broken: bool) -> None:
-    """Start (continue) each parked run of ``runs`` with an owner of its own, released
-    with the other racers by the barrier before each run; put (run, pid, outcome).
+def run_racer(url: str, how: str, runs: list[str], barrier: Any, results: Any,
+              broken: bool) -> None:
+    """Start each run of ``runs`` with an owner of its own, released with the other
+    racers by the barrier before each run, and put (run, pid, outcome): ``how``
+    "recover" takes an abandoned run for recovery, "continue" starts a parked one again.
 
     ``broken`` switches the protection off: a racer that decides by a read (the run is
-    parked, so it is mine), to show that the test can fail.
+    abandoned, or parked, so it is mine), to show that the test can fail.
     """
+    status, wins = RUN_RACES[how]
     store = open_store(url)
     try:
         for run in runs:
@@ -201,8 +186,10 @@ def continue_racer(url: str, runs: list[str], barrier: Any, results: Any,
             barrier.wait()
             if broken:
                 state = store.get_run(run)
-                won = state is not None and state.status == "parked"
-                results.put((run, os.getpid(), "started" if won else "busy"))
+                won = state is not None and state.status == status
+                results.put((run, os.getpid(), wins if won else "busy"))
+            elif how == "recover":
+                results.put((run, os.getpid(), store.recover_run(run, owner=owner).outcome))
             else:
                 started = store.start_run(run, framework="fw", name="g", owner=owner)
                 results.put((run, os.getpid(), started.outcome))
