@@ -318,6 +318,11 @@ class Change:
     sets: Mapping[str, str | float | From | None] | None
     fenced: bool = True
 
+    @property
+    def statuses(self) -> tuple[str, ...] | None:
+        """The statuses the guard accepts (None: any)."""
+        return (self.status,) if isinstance(self.status, str) else self.status
+
 
 #: EO, phase two: record the result (also on a receipt this owner and fence completed)
 COMPLETE_RECEIPT = Change(None, {"status": "completed", "result": From.RESULT,
@@ -359,9 +364,9 @@ def apply(change: Change, cur: R | None, *, owner: str | None = None,
           result: bytes | None = None, framework: str = "", name: str = ""
           ) -> Verdict[bool, R | None]:
     """The verdict of ``change`` on the stored record ``cur``."""
+    statuses = change.statuses
     if cur is None or (change.fenced and not holds(cur, owner, fence)) or (
-            change.status is not None and cur.status not in (
-                (change.status,) if isinstance(change.status, str) else change.status)):
+            statuses is not None and cur.status not in statuses):
         return Verdict(False, cur)
     if change.sets is None:
         return Verdict(True, cur, "delete")

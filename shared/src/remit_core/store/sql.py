@@ -354,6 +354,7 @@ class Records(Generic[R]):
         self.list_all = f"SELECT {cols} FROM {table} {order_by}"
         self.list_run = f"SELECT {cols} FROM {table} WHERE run_id = {d.p('run')} {order_by}"
         self._changes: dict[int, str] = {}  # by id(): the changes are module constants
+        self._changed: dict[int, str] = {}  # the same, returning the changed record
 
     def params(self, row: R) -> dict[str, Any]:
         return {n: getattr(row, n) for n in self.names}
@@ -372,9 +373,9 @@ class Records(Generic[R]):
     def changed(self, change: Change) -> str:
         """``change`` as one conditional statement that returns the changed record (no
         row: the guard did not hold)."""
-        found = self._changes.get(-id(change))
+        found = self._changed.get(id(change))
         if found is None:
-            found = self._changes[-id(change)] = (
+            found = self._changed[id(change)] = (
                 f"{self._render(change)} RETURNING {', '.join(self.names)}")
         return found
 
@@ -383,19 +384,22 @@ class Records(Generic[R]):
         where = f"key = {d.p('key')}"
         if change.fenced:
             where += f" AND owner = {d.p('owner')} AND fence = {d.p('fence', 'int8')}"
-        if isinstance(change.status, str):
-            where += f" AND status = {_literal(change.status)}"
-        elif change.status is not None:
-            where += f" AND status IN ({', '.join(map(_literal, change.status))})"
+        statuses = change.statuses
+        if statuses is not None:
+            where += (f" AND status = {_literal(statuses[0])}" if len(statuses) == 1 else
+                      f" AND status IN ({', '.join(map(_literal, statuses))})")
         if change.sets is None:
             return f"DELETE FROM {self.table} WHERE {where}"
         terms = {From.NOW: d.now, From.LEASE_END: f"{d.now} + {d.p('lease', 'float8')}",
                  From.RESULT: d.p("result", "bytea"), From.OWNER: d.p("owner", "text"),
                  From.FRAMEWORK: d.p("framework", "text"), From.NAME: d.p("name", "text")}
-        terms[From.NEXT] = "{} + 1"  # (the column's own value, plus one)
-        sets = ", ".join(
-            f"{c} = {terms[v].format(c) if isinstance(v, From) else _literal(v)}"
-            for c, v in change.sets.items())
+
+        def term(column: str, value: str | float | From | None) -> str:
+            if value is From.NEXT:  # the column's own value, plus one
+                return f"{column} + 1"
+            return terms[value] if isinstance(value, From) else _literal(value)
+
+        sets = ", ".join(f"{c} = {term(c, v)}" for c, v in change.sets.items())
         return f"UPDATE {self.table} SET {sets} WHERE {where}"
 
 
