@@ -99,6 +99,62 @@ def null_saver() -> Any:
     return NullSaver()
 
 
+def least_durable_saver(path: str) -> Any:
+    """A LangGraph checkpointer that does the least a durable saver on SQLite must do per
+    step, and nothing else: LangGraph's own serializer, one append-only table (no index),
+    one fsynced commit (WAL, ``synchronous=FULL``) per checkpoint, which carries the
+    task writes stored against its parent (group commit, as remit does); a step's writes
+    are durable with the next checkpoint. It reads nothing back (each thread it runs is
+    new), checks nothing and keeps no run. Not a saver anyone could use: a floor for
+    item 1, what a step costs when the only work added to LangGraph's is serializing
+    and one durable commit."""
+    import sqlite3
+    import threading
+
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    class LeastDurableSaver(BaseCheckpointSaver[int]):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("CREATE TABLE IF NOT EXISTS checkpoints (thread_id TEXT, "
+                              "checkpoint_id TEXT, checkpoint BLOB, metadata BLOB, "
+                              "writes BLOB)")
+            self.lock = threading.Lock()
+            self.pending: dict[Any, list[bytes]] = {}
+
+        def get_tuple(self, config: Any) -> Any:
+            return None
+
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            conf = config["configurable"]
+            data = self.serde.dumps_typed(checkpoint)[1]
+            meta = self.serde.dumps_typed(metadata)[1]
+            with self.lock:
+                writes = b"".join(self.pending.pop(conf.get("checkpoint_id"), []))
+                self.conn.execute("BEGIN IMMEDIATE")
+                self.conn.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?)",
+                                  (conf["thread_id"], checkpoint["id"], data, meta, writes))
+                self.conn.execute("COMMIT")
+            return {"configurable": {"thread_id": conf["thread_id"],
+                                     "checkpoint_ns": conf.get("checkpoint_ns", ""),
+                                     "checkpoint_id": checkpoint["id"]}}
+
+        def put_writes(self, config: Any, writes: Any, task_id: str,
+                       task_path: str = "") -> None:
+            encoded = [self.serde.dumps_typed(value)[1] for _, value in writes]
+            with self.lock:
+                self.pending.setdefault(config["configurable"].get("checkpoint_id"),
+                                        []).extend(encoded)
+
+        def get_next_version(self, current: Any, channel: Any) -> int:
+            return (int(str(current).split(".")[0]) if current else 0) + 1
+
+    return LeastDurableSaver()
+
+
 def reference_saver() -> Any:
     """LangGraph's in-memory checkpointer keeping every value by reference: no encoding, no
     decoding, no I/O. Not a saver anyone could use (a later step may change what it
