@@ -652,6 +652,39 @@ def test_effect_runs_once_per_key_and_replays(store: Store) -> None:
     assert len(calls) == 3
 
 
+def test_an_effect_made_per_call_does_not_keep_what_it_closes_over(store: Store) -> None:
+    """An effect wrapped at each call (a closure over the caller's objects, as an adapter
+    or an application may make one) is not kept alive by remit once the call returned,
+    nor is the object it closes over; its recorded result still replays with its type."""
+    import gc
+    import weakref
+
+    class Order(BaseModel):
+        txn: str
+
+    class Job:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+    def run(job: Job) -> Order:
+        def charge() -> Order:
+            return Order(txn=f"t{job.n}")
+        with effect_scope(store, "run-closures", f"step-{job.n}"):
+            return effect(name="charge")(charge)()
+
+    refs = []
+    for n in range(5):
+        job = Job(n)
+        assert run(job) == Order(txn=f"t{n}")
+        refs.append(weakref.ref(job))
+        del job
+    gc.collect()
+    assert [r() for r in refs] == [None] * 5
+    assert run(Job(99)) == Order(txn="t99")
+    replayed = run(Job(3))  # step-3 again: its receipt, decoded as the annotation says
+    assert isinstance(replayed, Order) and replayed.txn == "t3"
+
+
 def test_effect_async(store: Store) -> None:
     calls: list[int] = []
 

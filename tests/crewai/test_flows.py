@@ -479,3 +479,36 @@ def test_conversational_flows_run_every_turn(store_url: str) -> None:
     assert replies == ["hello", "again"]
     current = backend.epoch("chat-1")
     assert current.number == 1 and current.finished
+
+
+# ============================================================================ memory
+
+
+def test_finished_flows_do_not_accumulate(store_url: str, tmp_path: Path) -> None:
+    """Nothing remit keeps after a kickoff holds on to the flow that ran (its state, its
+    inputs): a server running many flows must not accumulate them. Sync and async methods;
+    each method body is a receipt, so this also covers what the effect machinery caches.
+    CrewAI itself keeps a flow of a context in its runtime state, so what is asked is that
+    the flows still alive do not grow in number with the flows run."""
+    import gc
+    import weakref
+
+    ledger = str(tmp_path / "ledger.txt")
+    refs: list[weakref.ref[Any]] = []
+
+    def run(rounds: int) -> int:
+        for _ in range(rounds):
+            n = len(refs)
+            flow = order(store_url)()
+            assert flow.kickoff(inputs={"id": f"mem-{n}", "ledger": ledger}).startswith("done")
+            aflow = w.flows(store_url)["AsyncOrderFlow"]()
+            asyncio.run(aflow.kickoff_async(inputs={"id": f"amem-{n}", "ledger": ledger}))
+            refs.extend([weakref.ref(flow), weakref.ref(aflow)])
+            del flow, aflow
+        gc.collect()
+        return sum(r() is not None for r in refs)
+
+    after_two = run(2)
+    after_eight = run(6)
+    assert after_eight == after_two, (
+        f"{after_two} of 4 flows alive after two rounds, {after_eight} of 16 after eight")

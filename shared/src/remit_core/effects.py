@@ -22,11 +22,14 @@ that step, so:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
+import threading
 import typing
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -156,13 +159,26 @@ def _unscoped_kwargs(takes_key: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-@functools.lru_cache(maxsize=1024)
+#: the resolved return annotation of each function an effect wraps, for as long as the
+#: function lives: weak keys, so that a function made per call (a closure over the
+#: caller's objects) is not kept alive by this cache, nor what it closes over
+_ANNOTATIONS: weakref.WeakKeyDictionary[Callable[..., Any], Any] = weakref.WeakKeyDictionary()
+_ANNOTATIONS_LOCK = threading.Lock()
+
+
 def _result_annotation(func: Callable[..., Any]) -> Any:
     """The return annotation of ``func`` (None if it has none or it does not resolve)."""
     try:
-        return typing.get_type_hints(func).get("return")
+        return _ANNOTATIONS[func]
+    except (KeyError, TypeError):  # (TypeError: a callable without weak references)
+        pass
+    try:
+        found = typing.get_type_hints(func).get("return")
     except Exception:
-        return None
+        found = None
+    with _ANNOTATIONS_LOCK, contextlib.suppress(TypeError):
+        _ANNOTATIONS[func] = found
+    return found
 
 
 def _warn_unscoped(name: str) -> None:

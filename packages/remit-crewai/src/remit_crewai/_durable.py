@@ -271,7 +271,16 @@ def _assign_state(flow: Any, data: dict[str, Any], inputs: dict[str, Any]) -> No
 
 
 def _wrap_method(name: str, meth: Callable[..., Any]) -> Callable[..., Any]:
+    # The body is made an effect here, once per method, not at each call: wrapping reads
+    # its signature and return annotation, and the effect's cache of annotations would
+    # keep a closure made per call alive, and with it the flow it ran on.
     if inspect.iscoroutinefunction(meth):
+
+        @effect(name=METHOD_EFFECT, on_in_doubt="retry")
+        async def async_body(run: _Run, step: str, ran: list[bool], flow: Any,
+                             args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+            ran.append(True)
+            return run.record(step, await meth(flow, *args, **kwargs))
 
         @functools.wraps(meth)
         async def async_method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -279,19 +288,19 @@ def _wrap_method(name: str, meth: Callable[..., Any]) -> Callable[..., Any]:
             if run is None:
                 return await meth(self, *args, **kwargs)
             step = run.begin(name)
-            ran = False
-
-            async def body() -> dict[str, Any]:
-                nonlocal ran
-                ran = True
-                return run.record(step, await meth(self, *args, **kwargs))
-
+            ran: list[bool] = []
             assert run.flow_id is not None
             with effect_scope(run.store, run.flow_id, step):
-                record = await effect(name=METHOD_EFFECT, on_in_doubt="retry")(body)()
+                record = await async_body(run, step, ran, self, args, kwargs)
             return record["output"] if ran else run.replay(record)
 
         return async_method
+
+    @effect(name=METHOD_EFFECT, on_in_doubt="retry")
+    def body(run: _Run, step: str, ran: list[bool], flow: Any, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> dict[str, Any]:
+        ran.append(True)
+        return run.record(step, meth(flow, *args, **kwargs))
 
     @functools.wraps(meth)
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -299,16 +308,10 @@ def _wrap_method(name: str, meth: Callable[..., Any]) -> Callable[..., Any]:
         if run is None:
             return meth(self, *args, **kwargs)
         step = run.begin(name)
-        ran = False
-
-        def body() -> dict[str, Any]:
-            nonlocal ran
-            ran = True
-            return run.record(step, meth(self, *args, **kwargs))
-
+        ran: list[bool] = []
         assert run.flow_id is not None
         with effect_scope(run.store, run.flow_id, step):
-            record = effect(name=METHOD_EFFECT, on_in_doubt="retry")(body)()
+            record = body(run, step, ran, self, args, kwargs)
         return record["output"] if ran else run.replay(record)
 
     return method
