@@ -107,7 +107,7 @@ def _kickoff(cls: type[Flow[Counter]]) -> float:
 
 
 def crewai_rows(directory: str) -> list[Row]:
-    n = reps(9, 3)
+    n = reps(21, 3)
     remit_store = RemitFlowPersistence.from_url(f"sqlite:///{directory}/remit.db")
     stock_store = SQLiteFlowPersistence(os.path.join(directory, "stock.db"))
     classes = {"remit": flow_class(remit_store, remit=True),
