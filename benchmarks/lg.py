@@ -178,23 +178,20 @@ def item1(backends: list[str]) -> list[Row]:
                 pair = stack.enter_context(postgres_pair())
                 stock_name, settings = "PostgresSaver", "synchronous_commit=on, same server"
             graphs = {k: builder.compile(checkpointer=pair[k]) for k in ("remit", "stock")}
-            least = None
             if backend == "sqlite":  # the floor of a durable saver, on the same disk
-                least = builder.compile(checkpointer=least_durable_saver(
-                    os.path.join(stack.enter_context(temp_dir()), "least.db")))
+                least = least_durable_saver(
+                    os.path.join(stack.enter_context(temp_dir()), "least.db"))
+                stack.callback(least.conn.close)
+                graphs["least"] = builder.compile(checkpointer=least)
             target, limit = TARGET_1[backend]
             for durability in ("sync", "async"):
                 for g in graphs.values():  # warm-up: tables, caches, connections
                     _run_graph(g, steps, durability)()
                 sides = {k: _run_graph(g, steps, durability) for k, g in graphs.items()}
-                sides["null"] = _run_graph(nothing, steps, durability)
-                if least is not None:
-                    _run_graph(least, steps, durability)()
-                    sides["least"] = _run_graph(least, steps, durability)
-                got = compare(sides, n)
+                got = compare({**sides, "null": _run_graph(nothing, steps, durability)}, n)
                 ratio = got["remit"] / got["stock"]
                 null = got["null"]
-                floor = "" if least is None else (
+                floor = "" if "least" not in got else (
                     f"; a saver doing only what durability needs (LangGraph's serializer, "
                     f"one fsynced commit a checkpoint carrying its step's writes, one table "
                     f"and no index: _bench.least_durable_saver) {us(got['least'])}/step, "
