@@ -1,0 +1,269 @@
+"""What issue 16's SQLite targets leave remit, and what remit spends (items 1 and 2).
+
+    uv run python benchmarks/budget.py               # 12 rounds
+    uv run python benchmarks/budget.py --rounds 6
+
+Not a row of ``run.py``: a profile of the two SQLite rows that ``run.py`` reports missed,
+measured the same way (fresh files in one directory, WAL, ``synchronous=FULL``, the
+sides in alternating order, medians), so that the gap can be read as a budget.
+
+**Item 1** (a 200-step linear graph, ``durability="sync"``, a fresh thread per invoke).
+Four sides, each timed in wall and in process CPU per step: LangGraph on a checkpointer
+that stores nothing (``_bench.null_saver``: LangGraph's own share of a step), the least
+a durable saver does (``_bench.least_durable_saver``: LangGraph's serializer and one
+fsynced commit a checkpoint into a table without an index), SqliteSaver and RemitSaver.
+The target (remit <= 0.8x SqliteSaver) leaves a saver ``0.8 x SqliteSaver - null`` a step.
+Then, in invokes of their own (not the timed ones: the counting adds about a microsecond
+a call), remit's step by piece, in CPU time of the thread that runs it:
+
+* the step's one transaction (``SqliteStore._write_checkpoint``: the checkpoint, its new
+  values, the grouped writes, the run's row and the commit, fsync included);
+* the typed envelope (``Serde.encode``: the checkpoint's data and metadata, each new
+  value, each pending write);
+* RD, the derived checkpoint id (``remit_langgraph._contract.derive_step_id``);
+* the hand-over of a step's last writes into the checkpoint's transaction
+  (``Groups.put`` and ``Groups.take``, remit_core.store.groups);
+* the rest: everything else remit adds over the stored-nothing checkpointer (the saver's
+  and the store's bookkeeping, the seam, the consume gate): RemitSaver's CPU a step in
+  the timed invokes, less the pieces and less the stored-nothing checkpointer's.
+
+The least durable saver's own ``put`` and ``put_writes`` are counted the same way, for
+a comparison with remit's transaction alone.
+
+**Item 2** (``get_tuple`` of the latest checkpoint, history 10, built as ``run.py`` builds
+it). RemitSaver, SqliteSaver, and the same read of remit's tables with no layer between
+them and the caller: one read transaction, the checkpoint's row, its values by the
+versions it names, its pending writes, the store's envelope decoding each record, and
+LangGraph's ``CheckpointTuple`` built from them. That read is what remit's layout costs;
+the difference to RemitSaver is what its layers cost (the store's admission and retry
+wrapper, the record objects, the saver's translation and checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import os
+import statistics
+import threading
+import time
+import timeit
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from _bench import least_durable_saver, null_saver, temp_dir, us
+from langgraph.checkpoint.base import CheckpointTuple
+from lg import Small, build_history, linear_graph, sqlite_pair
+
+import remit_core.store.groups as groups_module
+from remit_core.records import versions_from_json
+from remit_core.serde import Serde
+from remit_core.store.sqlite import SqliteStore
+from remit_langgraph import _contract
+
+STEPS = 200
+
+#: remit's pieces of a step: label -> the (owner, attribute) pairs whose CPU it sums
+PIECES: dict[str, tuple[tuple[Any, str], ...]] = {
+    "the step's transaction (statements and commit)": ((SqliteStore, "_write_checkpoint"),),
+    "the typed envelope (every encode)": ((Serde, "encode"),),
+    "RD: the derived checkpoint id": ((_contract, "derive_step_id"),),
+    "the hand-over of the step's writes": ((groups_module.Groups, "put"),
+                                           (groups_module.Groups, "take")),
+}
+
+
+def _invoke(graph: Any) -> None:
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": STEPS + 50}
+    out = graph.invoke({"count": 0, "label": "bench"}, config, durability="sync")
+    assert out["count"] == STEPS, out
+
+
+def _timed(graph: Any) -> tuple[float, float]:
+    """One invoke: (wall, process CPU) seconds per step."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    _invoke(graph)
+    return (time.perf_counter() - t0) / STEPS, (time.process_time() - c0) / STEPS
+
+
+class _Counted:
+    """Thread CPU spent inside the wrapped functions, by label (a label's calls nested in
+    one another, on one thread, count once)."""
+
+    def __init__(self, targets: dict[str, tuple[tuple[Any, str], ...]]) -> None:
+        self.targets = targets
+        self.ns: collections.Counter[str] = collections.Counter()
+        self._originals: list[tuple[Any, str, Any, bool]] = []
+
+    def __enter__(self) -> _Counted:
+        for label, pairs in self.targets.items():
+            for owner, name in pairs:
+                own = isinstance(owner, type) or name in vars(owner)
+                original = vars(owner)[name] if own else getattr(owner, name)
+                self._originals.append((owner, name, original, own))
+                setattr(owner, name, self._wrap(label, original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, name, original, own in reversed(self._originals):
+            if own:
+                setattr(owner, name, original)
+            else:  # a bound method set on an instance: its class's method shows again
+                delattr(owner, name)
+
+    def _wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        depth = collections.Counter[int]()
+
+        @functools.wraps(fn)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            tid = threading.get_ident()
+            depth[tid] += 1
+            c0 = time.thread_time_ns()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[tid] -= 1
+                if depth[tid] == 0:
+                    self.ns[label] += time.thread_time_ns() - c0
+        return counted
+
+
+def item1(rounds: int) -> None:
+    builder = linear_graph(Small, STEPS)
+    with temp_dir() as directory, sqlite_pair(directory) as pair:
+        least = least_durable_saver(os.path.join(directory, "least.db"))
+        try:
+            graphs = {"null": builder.compile(checkpointer=null_saver()),
+                      "least": builder.compile(checkpointer=least),
+                      "stock": builder.compile(checkpointer=pair["stock"]),
+                      "remit": builder.compile(checkpointer=pair["remit"])}
+            for g in graphs.values():  # warm-up: tables, caches, connections
+                _invoke(g)
+            samples: dict[str, list[tuple[float, float]]] = {k: [] for k in graphs}
+            for r in range(rounds):
+                for k in (list(graphs) if r % 2 == 0 else list(reversed(graphs))):
+                    samples[k].append(_timed(graphs[k]))
+            wall = {k: statistics.median(s[0] for s in v) for k, v in samples.items()}
+            cpu = {k: statistics.median(s[1] for s in v) for k, v in samples.items()}
+            with _Counted(PIECES) as counted:
+                c0 = time.process_time()
+                for _ in range(rounds):
+                    _invoke(graphs["remit"])
+                counted_cpu = (time.process_time() - c0) / STEPS / rounds
+            whole = {"the least durable saver's put and put_writes": (
+                (least, "put"), (least, "put_writes"))}
+            with _Counted(whole) as counted_least:
+                for _ in range(rounds):
+                    _invoke(graphs["least"])
+        finally:
+            least.conn.close()
+    print("## Item 1 on SQLite: a step of a 200-step graph, durability=sync\n")
+    print(f"median of {rounds} invokes a side, alternating\n")
+    print("| side | wall a step | CPU a step | wall added over the stored-nothing "
+          "checkpointer |")
+    print("|---|---|---|---|")
+    names = {"null": "LangGraph on a checkpointer that stores nothing",
+             "least": "the least durable saver", "stock": "SqliteSaver", "remit": "RemitSaver"}
+    for k, name in names.items():
+        added = "" if k == "null" else us(wall[k] - wall["null"])
+        print(f"| {name} | {us(wall[k])} | {us(cpu[k])} | {added} |")
+    budget = 0.8 * wall["stock"] - wall["null"]
+    print(f"\nremit / SqliteSaver: {wall['remit'] / wall['stock']:.2f}x (target <= 0.8x); "
+          f"the least durable saver: {wall['least'] / wall['stock']:.2f}x")
+    print(f"the target leaves a saver {us(budget)} a step (0.8 x SqliteSaver - the "
+          f"stored-nothing checkpointer); the least durable saver adds "
+          f"{us(wall['least'] - wall['null'])}, RemitSaver {us(wall['remit'] - wall['null'])}\n")
+    per_step = {label: ns / 1e9 / STEPS / rounds for label, ns in counted.ns.items()}
+    rest = cpu["remit"] - cpu["null"] - sum(per_step.values())
+    print(f"RemitSaver's step by piece, in CPU ({rounds} counted invokes of their own: "
+          f"{us(counted_cpu)} of process CPU a step, against {us(cpu['remit'])} uncounted)\n")
+    print("| piece | CPU a step |")
+    print("|---|---|")
+    for label in PIECES:
+        print(f"| {label} | {us(per_step.get(label, 0.0))} |")
+    print(f"| the rest of remit's work (its uncounted CPU a step, less the pieces and less "
+          f"LangGraph's share, {us(cpu['null'])}) | {us(rest)} |")
+    named = sum(per_step.values())
+    least_cpu = sum(counted_least.ns.values()) / 1e9 / STEPS / rounds
+    print(f"\nthe four pieces: {us(named)} a step, {named / budget:.2f}x what the target "
+          f"leaves a saver ({us(budget)}); the least durable saver's whole put and "
+          f"put_writes, counted the same way: {us(least_cpu)} a step, its serializing and "
+          f"its commit included\n")
+
+
+def _lean_read(store: Any, thread_id: str, ns: str) -> Callable[[], CheckpointTuple]:
+    """The read of RemitSaver's latest checkpoint, with nothing between its statements
+    and the caller (see the module docstring)."""
+    conn = store._conn()
+    decode = store.serde.decode
+    latest = ("SELECT checkpoint_id, parent_id, data, metadata, versions FROM "
+              "remit_checkpoints WHERE run_id = ? AND ns = ? ORDER BY seq DESC LIMIT 1")
+    values = ("SELECT j.key, b.value FROM json_each(?) AS j CROSS JOIN remit_blobs AS b "
+              "ON b.run_id = ? AND b.ns = ? AND b.channel = j.key AND b.version = j.value")
+    writes = ("SELECT task_id, channel, value FROM remit_writes WHERE run_id = ? AND ns = ? "
+              "AND checkpoint_id = ? ORDER BY task_id, idx")
+
+    def read() -> CheckpointTuple:
+        conn.execute("BEGIN")
+        cid, parent, data, metadata, versions = conn.execute(latest, (thread_id, ns)).fetchone()
+        found = conn.execute(values, (versions, thread_id, ns)).fetchall()
+        pending = conn.execute(writes, (thread_id, ns, cid)).fetchall()
+        conn.execute("COMMIT")
+        checkpoint = {"channel_versions": versions_from_json(versions), **decode(data),
+                      "channel_values": {ch: decode(v) for ch, v in found}}
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                   "checkpoint_id": cid}}
+        parent_config = None if parent is None else {"configurable": {
+            "thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
+        return CheckpointTuple(config, checkpoint, decode(metadata), parent_config,  # type: ignore[arg-type]
+                               [(t, ch, decode(v)) for t, ch, v in pending])
+    return read
+
+
+def item2(rounds: int) -> None:
+    with temp_dir() as directory:
+        with sqlite_pair(directory, build=True) as builder:
+            for k in ("remit", "stock"):
+                build_history(builder[k], "h10", 10)
+        with sqlite_pair(directory) as pair:
+            config = {"configurable": {"thread_id": "h10", "checkpoint_ns": ""}}
+            sides: dict[str, Callable[[], Any]] = {
+                "remit": functools.partial(pair["remit"].get_tuple, config),
+                "stock": functools.partial(pair["stock"].get_tuple, config),
+                "lean": _lean_read(pair["store"], "h10", "")}
+            got = {k: f() for k, f in sides.items()}
+            for k in ("stock", "lean"):
+                assert got[k].checkpoint["channel_values"] == \
+                    got["remit"].checkpoint["channel_values"], k
+                assert [w[1:] for w in got[k].pending_writes] == \
+                    [w[1:] for w in got["remit"].pending_writes], k
+            samples: dict[str, list[float]] = {k: [] for k in sides}
+            for r in range(rounds):
+                for k in (list(sides) if r % 2 == 0 else list(reversed(sides))):
+                    samples[k].append(timeit.timeit(sides[k], number=1000) / 1000)
+    t = {k: statistics.median(v) for k, v in samples.items()}
+    print("## Item 2 on SQLite: get_tuple of the latest checkpoint, history 10\n")
+    print(f"median of {rounds} x 1000 calls a side, alternating\n")
+    print("| side | a call | / SqliteSaver |")
+    print("|---|---|---|")
+    for k, name in (("stock", "SqliteSaver"), ("remit", "RemitSaver"),
+                    ("lean", "remit's tables read with no layer between (the same "
+                             "statements and decodes)")):
+        print(f"| {name} | {us(t[k])} | {t[k] / t['stock']:.2f}x |")
+    print(f"\nremit's layers (RemitSaver less the bare read): {us(t['remit'] - t['lean'])} a call\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    args = parser.parse_args(argv)
+    print(f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 1-minute load "
+          f"{os.getloadavg()[0]:.1f}\n")
+    item1(args.rounds)
+    item2(args.rounds)
+
+
+if __name__ == "__main__":
+    main()
