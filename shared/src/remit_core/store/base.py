@@ -209,7 +209,10 @@ class Store(ABC):
         # operations in flight, so that close() never pulls a connection from under one
         # (an executor thread still writing when an event loop shuts down, say)
         self._inflight = 0
-        self._inflight_cond = threading.Condition()
+        # (a plain lock, taken by every operation twice: entered at C speed, where the
+        # condition's own ``with`` is two Python calls)
+        self._inflight_lock = threading.Lock()
+        self._inflight_cond = threading.Condition(self._inflight_lock)
         self._closed = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._groups = Groups()
@@ -328,7 +331,7 @@ class Store(ABC):
                 f"{self.url!r} was opened read-only (open_store(url, read_only=True)); "
                 f"{fn.__name__.lstrip('_').replace('_', ' ')} writes, so it was refused. Open "
                 "the store without read_only to change it.", url=self.url)
-        with self._inflight_cond:
+        with self._inflight_lock:
             if self._closed:
                 raise StoreClosed(
                     f"{self.url!r} was closed; {getattr(fn, '__name__', 'an operation')} "
@@ -337,7 +340,7 @@ class Store(ABC):
             self._inflight += 1
 
     def _leave(self) -> None:
-        with self._inflight_cond:
+        with self._inflight_lock:
             self._inflight -= 1
             if self._inflight == 0 and self._closed:
                 self._inflight_cond.notify_all()

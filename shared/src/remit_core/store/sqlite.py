@@ -66,6 +66,11 @@ _BLOBS_OF_ONE = (
 _WRITES_OF_ONE = (
     f"SELECT {sql.WRITE_COLS} FROM remit_writes WHERE run_id = ? AND ns = ? "
     "AND checkpoint_id = ? ORDER BY task_id, idx")
+#: the latest checkpoint of a run in a namespace, and one by its id (_read_checkpoint)
+_LATEST = (f"SELECT {sql.CK_COLS} FROM remit_checkpoints AS c WHERE c.run_id = ? "
+           "AND c.ns = ? ORDER BY c.seq DESC LIMIT 1")
+_BY_ID = (f"SELECT {sql.CK_COLS} FROM remit_checkpoints AS c WHERE c.run_id = ? "
+          "AND c.ns = ? AND c.checkpoint_id = ?")
 _OF_SEQS = "FROM json_each(:seqs) AS s CROSS JOIN remit_checkpoints AS c ON c.seq = s.value"
 _BLOBS_OF = (
     f"SELECT c.seq, j.key, b.value {_OF_SEQS} CROSS JOIN json_each(c.versions) AS j "
@@ -441,8 +446,6 @@ class SqliteStore(sql.SqlStore):
                 f"SELECT {sql.CK_COLS} FROM remit_checkpoints AS c"
                 + (" WHERE " + " AND ".join(where) if where else "")
                 + " ORDER BY c.seq DESC LIMIT :limit")
-        if limit == 1 and self._memory_lock is None:  # get_checkpoint, on a file store
-            return self._one_checkpoint(query, args, with_writes)
         with self._tx(write=False) as conn:  # one transaction: one snapshot
             raw = conn.execute(query, {**args, "limit": -1 if limit is None else limit}
                                ).fetchall()
@@ -463,16 +466,20 @@ class SqliteStore(sql.SqlStore):
             writes.sort(key=lambda w: (w.task_id, w.idx))
         return list(by_seq.values())
 
-    def _one_checkpoint(self, query: str, args: Mapping[str, Any], with_writes: bool
-                        ) -> list[sql.Found]:
-        """At most one checkpoint with its blobs and writes, in one read transaction on this
-        thread's connection (the read path of every load, so written out: no context
-        managers around it)."""
+    def _read_checkpoint(self, run_id: str, ns: str, checkpoint_id: str | None,
+                         with_writes: bool) -> sql.Found | None:
+        """The run's latest checkpoint in ``ns``, or the one ``checkpoint_id`` names, with
+        its blobs and writes, in one read transaction on this thread's connection: the
+        read path of every load, so written out (positional statements, no context
+        managers around them). The memory store reads under its lock, as any read."""
+        if self._memory_lock is not None:
+            return super()._read_checkpoint(run_id, ns, checkpoint_id, with_writes)
         conn = self._conn()
         conn.execute("BEGIN")
         try:
-            raw = conn.execute(query, {**args, "limit": 1}).fetchone()
-            found = [] if raw is None else [self._with_blobs(conn, raw, with_writes)]
+            raw = (conn.execute(_LATEST, (run_id, ns)) if checkpoint_id is None else
+                   conn.execute(_BY_ID, (run_id, ns, checkpoint_id))).fetchone()
+            found = None if raw is None else self._with_blobs(conn, raw, with_writes)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
