@@ -37,6 +37,13 @@ versions it names, its pending writes, the store's envelope decoding each record
 LangGraph's ``CheckpointTuple`` built from them. That read is what remit's layout costs;
 the difference to RemitSaver is what its layers cost (the store's admission and retry
 wrapper, the record objects, the saver's translation and checks).
+
+Then each saver's call in three parts, timed the same way: its statements (as it issues
+them, on its own connection, the rows fetched and nothing decoded: SqliteSaver's two
+statements, each its own read; remit's three in one read transaction), its decoding of
+the fetched bytes (SqliteSaver's serializer and ``json.loads`` of the metadata; remit's
+envelope on the checkpoint's data and metadata, each value and each write), and the rest
+(the call less those two: what each saver does around them).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import json
 import os
 import statistics
 import threading
@@ -58,6 +66,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 from lg import Small, build_history, linear_graph, sqlite_pair
 
 import remit_core.store.groups as groups_module
+import remit_core.store.sqlite as sqlite_module
 from remit_core.records import versions_from_json
 from remit_core.serde import Serde
 from remit_core.store.sqlite import SqliteStore
@@ -222,6 +231,49 @@ def _lean_read(store: Any, thread_id: str, ns: str) -> Callable[[], CheckpointTu
     return read
 
 
+def _parts(pair: dict[str, Any], thread_id: str, ns: str) -> dict[str, Callable[[], Any]]:
+    """Each saver's statements alone and its decoding alone (see the module docstring)."""
+    stock_conn = pair["stock"].conn
+    stock_latest = ("SELECT thread_id, checkpoint_id, parent_checkpoint_id, type, checkpoint, "
+                    "metadata FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+                    "ORDER BY checkpoint_id DESC LIMIT 1")
+    stock_writes = ("SELECT task_id, channel, type, value FROM writes WHERE thread_id = ? AND "
+                    "checkpoint_ns = ? AND checkpoint_id = ? ORDER BY task_id, idx")
+    stock_row = stock_conn.execute(stock_latest, (thread_id, ns)).fetchone()
+
+    def stock_sql() -> Any:
+        row = stock_conn.execute(stock_latest, (thread_id, ns)).fetchone()
+        return row, stock_conn.execute(stock_writes, (thread_id, ns, row[1])).fetchall()
+
+    _, stock_pending = stock_sql()
+    loads = pair["stock"].serde.loads_typed
+
+    def stock_decode() -> Any:
+        return (loads((stock_row[3], stock_row[4])), json.loads(stock_row[5]),
+                [loads((t, v)) for _, _, t, v in stock_pending])
+
+    store = pair["store"]
+    conn = store._conn()
+
+    def remit_sql() -> Any:
+        conn.execute("BEGIN")
+        raw = conn.execute(sqlite_module._LATEST, (thread_id, ns)).fetchone()
+        found = (raw, conn.execute(sqlite_module._BLOBS_OF_ONE, (raw[8], thread_id, ns)).fetchall(),
+                 conn.execute(sqlite_module._WRITES_OF_ONE, (thread_id, ns, raw[2])).fetchall())
+        conn.execute("COMMIT")
+        return found
+
+    remit_row, remit_blobs, remit_pending = remit_sql()
+    decode = store.serde.decode
+
+    def remit_decode() -> Any:
+        return (decode(remit_row[6]), decode(remit_row[7]), [decode(v) for _, v in remit_blobs],
+                [decode(w[3]) for w in remit_pending])
+
+    return {"stock sql": stock_sql, "stock decode": stock_decode,
+            "remit sql": remit_sql, "remit decode": remit_decode}
+
+
 def item2(rounds: int) -> None:
     with temp_dir() as directory:
         with sqlite_pair(directory, build=True) as builder:
@@ -232,13 +284,18 @@ def item2(rounds: int) -> None:
             sides: dict[str, Callable[[], Any]] = {
                 "remit": functools.partial(pair["remit"].get_tuple, config),
                 "stock": functools.partial(pair["stock"].get_tuple, config),
-                "lean": _lean_read(pair["store"], "h10", "")}
+                "lean": _lean_read(pair["store"], "h10", ""),
+                **_parts(pair, "h10", "")}
             got = {k: f() for k, f in sides.items()}
             for k in ("stock", "lean"):
                 assert got[k].checkpoint["channel_values"] == \
                     got["remit"].checkpoint["channel_values"], k
                 assert [w[1:] for w in got[k].pending_writes] == \
                     [w[1:] for w in got["remit"].pending_writes], k
+            stock_decoded, remit_decoded = got["stock decode"], got["remit decode"]
+            assert sorted(map(repr, remit_decoded[2])) == sorted(
+                map(repr, stock_decoded[0]["channel_values"].values()))
+            assert remit_decoded[1] == stock_decoded[1] and remit_decoded[3] == stock_decoded[2]
             samples: dict[str, list[float]] = {k: [] for k in sides}
             for r in range(rounds):
                 for k in (list(sides) if r % 2 == 0 else list(reversed(sides))):
@@ -253,6 +310,19 @@ def item2(rounds: int) -> None:
                              "statements and decodes)")):
         print(f"| {name} | {us(t[k])} | {t[k] / t['stock']:.2f}x |")
     print(f"\nremit's layers (RemitSaver less the bare read): {us(t['remit'] - t['lean'])} a call\n")
+    print("Each call in three parts (the statements alone, the decoding alone, the rest):\n")
+    print("| part | SqliteSaver | RemitSaver | remit / stock |")
+    print("|---|---|---|---|")
+    whole = {"stock": t["stock"], "remit": t["remit"]}
+    for part in ("sql", "decode"):
+        print(f"| {'its statements' if part == 'sql' else 'its decoding'} | "
+              f"{us(t['stock ' + part])} | {us(t['remit ' + part])} | "
+              f"{t['remit ' + part] / t['stock ' + part]:.2f}x |")
+    rest = {k: whole[k] - t[k + " sql"] - t[k + " decode"] for k in whole}
+    print(f"| the rest of the call | {us(rest['stock'])} | {us(rest['remit'])} | "
+          f"{rest['remit'] / rest['stock']:.2f}x |")
+    print(f"| the whole call | {us(whole['stock'])} | {us(whole['remit'])} | "
+          f"{whole['remit'] / whole['stock']:.2f}x |\n")
 
 
 def main(argv: list[str] | None = None) -> None:
