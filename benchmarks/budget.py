@@ -239,13 +239,12 @@ def _parts(pair: dict[str, Any], thread_id: str, ns: str) -> dict[str, Callable[
                     "ORDER BY checkpoint_id DESC LIMIT 1")
     stock_writes = ("SELECT task_id, channel, type, value FROM writes WHERE thread_id = ? AND "
                     "checkpoint_ns = ? AND checkpoint_id = ? ORDER BY task_id, idx")
-    stock_row = stock_conn.execute(stock_latest, (thread_id, ns)).fetchone()
 
     def stock_sql() -> Any:
         row = stock_conn.execute(stock_latest, (thread_id, ns)).fetchone()
         return row, stock_conn.execute(stock_writes, (thread_id, ns, row[1])).fetchall()
 
-    _, stock_pending = stock_sql()
+    stock_row, stock_pending = stock_sql()
     loads = pair["stock"].serde.loads_typed
 
     def stock_decode() -> Any:
