@@ -7,10 +7,11 @@ record in any :class:`~remit_core.errors.CorruptRecord`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 
@@ -53,9 +54,60 @@ def versions_from_json(text: str | bytes) -> dict[str, str]:
     return value  # type: ignore[no-any-return]
 
 
+_R = TypeVar("_R", bound=type)
+
+
+class _Factory:
+    """The default a field with a factory shows in ``__init__``'s signature."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()
+
+
+def _quick(cls: _R) -> _R:
+    """``cls`` (a frozen, slotted dataclass) with an ``__init__`` that sets each slot
+    through its descriptor: what the dataclass's own does (the same parameters, defaults
+    and factories), at half its cost. A frozen dataclass sets its fields through
+    ``object.__setattr__`` (its own ``__setattr__`` refuses), one generic lookup a field;
+    the store builds several records a read, and that was a sixth of a read of the
+    latest checkpoint. Nothing else of the class changes: it stays frozen, compares and
+    hashes as before."""
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__}: _quick builds no __post_init__")
+    env: dict[str, Any] = {"_FACTORY": _FACTORY}
+    params, body = [], []
+    for i, f in enumerate(dataclasses.fields(cls)):
+        if not f.init or f.kw_only:
+            raise TypeError(f"{cls.__name__}.{f.name}: _quick builds plain positional fields only")
+        env[f"_set{i}"] = vars(cls)[f.name].__set__
+        value = f.name
+        if f.default is not dataclasses.MISSING:
+            env[f"_default{i}"] = f.default
+            params.append(f"{f.name}=_default{i}")
+        elif f.default_factory is not dataclasses.MISSING:
+            env[f"_factory{i}"] = f.default_factory
+            params.append(f"{f.name}=_FACTORY")
+            value = f"_factory{i}() if {f.name} is _FACTORY else {f.name}"
+        else:
+            params.append(f.name)
+        body.append(f"    _set{i}(self, {value})\n")
+    made: dict[str, Any] = {}  # (the source is built from this module's field names only)
+    exec(f"def __init__(self, {', '.join(params)}):\n{''.join(body)}", env, made)
+    init = made["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__annotations__ = dict(vars(cls)["__init__"].__annotations__)
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
+
+
 # -- rows (backend level) ------------------------------------------------------------------------
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class CheckpointRow:
     run_id: str
@@ -71,6 +123,7 @@ class CheckpointRow:
     seq: int = 0
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class BlobRow:
     run_id: str
@@ -80,6 +133,7 @@ class BlobRow:
     value: bytes
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class WriteRow:
     run_id: str
@@ -92,6 +146,7 @@ class WriteRow:
     task_path: str = ""
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class ReceiptRow:
     key: str
@@ -111,6 +166,7 @@ class ReceiptRow:
     previous_owner: str | None = None
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class ClaimRow:
     key: str
@@ -127,6 +183,7 @@ class ClaimRow:
     previous_owner: str | None = None
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class RunRow:
     """A run's lifecycle record. ``key`` is the run id (the record tables' key column);
@@ -152,6 +209,7 @@ class RunRow:
 # -- public records ------------------------------------------------------------------------------
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class PendingWrite:
     """A write recorded against a checkpoint before the next checkpoint exists."""
@@ -163,6 +221,7 @@ class PendingWrite:
     task_path: str = ""
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """One checkpoint/snapshot of a run.
@@ -187,6 +246,7 @@ class Checkpoint:
     writes: list[PendingWrite] = field(default_factory=list)
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class RunState:
     """A run's lifecycle, as one read saw it (:meth:`Store.get_run`, :meth:`Store.list_runs`).
@@ -218,6 +278,7 @@ class RunState:
         return f"{self.updated_at!r}/{self.run_id}"
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class RunStart:
     """What :meth:`Store.start_run` or :meth:`Store.recover_run` decided, atomically.
@@ -241,6 +302,7 @@ class RunStart:
         return self.outcome in ("started", "taken_over", "reentered")
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class Recovery:
     """What a recoverer may take (:meth:`Store.recover_run`), as a backend takes it.
@@ -261,6 +323,7 @@ class Recovery:
         return 0 < self.max_attempts <= attempts
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class RunInfo:
     run_id: str
@@ -273,6 +336,7 @@ class RunInfo:
     lifecycle: RunState | None = None
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class RunQuery:
     """The filters of :meth:`Store.list_runs` over the runs' lifecycles, as a backend
@@ -286,6 +350,7 @@ class RunQuery:
     limit: int | None = None
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """EO: the durable record of one effect call, keyed by (run, step, name, ordinal)."""
@@ -305,6 +370,7 @@ class Receipt:
     attempt: int
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class ReceiptStart:
     """What :meth:`Store.start_receipt` decided, atomically.
@@ -324,6 +390,7 @@ class ReceiptStart:
     previous_owner: str | None = None
 
 
+@_quick
 @dataclass(frozen=True, slots=True)
 class Claim:
     """CO/LV: a one-time slot, held under a lease with a fencing token."""
