@@ -541,6 +541,42 @@ def test_corrupt_bytes_are_refused(store: Store) -> None:
         store.get_checkpoint("r")
 
 
+
+def test_a_corrupt_payload_of_a_checkpoint_is_named(tmp_path: Path) -> None:
+    """Each payload of a read checkpoint (its data, its metadata, each value, each write)
+    that fails to decode is named in the error with its checkpoint and run, and the reader
+    is refused the whole checkpoint; with the bytes restored, it reads as before."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    with open_store(url) as s:
+        put(s, "r", "c1", new_values={"x": ("v1", [1, 2]), "y": ("v7", {"a": 1})})
+        s.put_writes("r", "c1", "t", [(0, "x", 3)])
+        before = s.get_checkpoint("r")
+    cases = {
+        ("remit_checkpoints", "data", "checkpoint_id = 'c1'"):
+            "checkpoint 'c1' of run 'r' (data)",
+        ("remit_checkpoints", "metadata", "checkpoint_id = 'c1'"):
+            "checkpoint 'c1' of run 'r' (metadata)",
+        ("remit_blobs", "value", "channel = 'y'"):
+            "channel 'y' at version 'v7' of checkpoint 'c1' of run 'r'",
+        ("remit_writes", "value", "task_id = 't'"):
+            "write 't'/0 ('x') on checkpoint 'c1' of run 'r'",
+    }
+    for (table, column, where), named in cases.items():
+        conn = sqlite3.connect(f"{tmp_path}/s.db")
+        kept = conn.execute(f"SELECT {column} FROM {table} WHERE {where}").fetchone()[0]
+        with conn:
+            conn.execute(f"UPDATE {table} SET {column} = ? WHERE {where}", (b"\x01\xc1bad",))
+        with open_store(url) as s:
+            with pytest.raises(CorruptRecord) as info:
+                s.get_checkpoint("r")
+            assert info.value.record == named, table
+            assert named in str(info.value)
+            with conn:
+                conn.execute(f"UPDATE {table} SET {column} = ? WHERE {where}", (kept,))
+            assert s.get_checkpoint("r") == before
+        conn.close()
+
+
 # ----------------------------------------------------------------------------------- receipts
 
 

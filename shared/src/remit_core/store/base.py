@@ -1210,19 +1210,6 @@ class Store(ABC):
 
     # ==================================================================================== decoding
 
-    def _checkpoint(self, row: CheckpointRow, seq: int, values: dict[str, Any],
-                    writes: list[PendingWrite]) -> Checkpoint:
-        return Checkpoint(
-            run_id=row.run_id, ns=row.ns, checkpoint_id=row.checkpoint_id, seq=seq,
-            parent_id=row.parent_id, kind=row.kind, execution_id=row.execution_id,
-            data=_named(self.serde.decode, row.data, "checkpoint {!r} of run {!r} (data)",
-                        row.checkpoint_id, row.run_id),
-            metadata=_named(self.serde.decode, row.metadata,
-                            "checkpoint {!r} of run {!r} (metadata)", row.checkpoint_id,
-                            row.run_id),
-            versions=row.versions, values=values, created_at=row.created_at, writes=writes,
-        )
-
     def _chunked(self, encoded: bytes, chunks: dict[bytes, bytes]) -> bytes:
         """``encoded`` as its row stores it: itself, or the manifest of its chunks."""
         if len(encoded) < self.chunk_threshold:
@@ -1269,21 +1256,38 @@ class Store(ABC):
     def _decode_checkpoint(self, row: CheckpointRow, blobs: Mapping[str, bytes],
                            writes: Sequence[WriteRow], chunks: Mapping[bytes, bytes] | None
                            ) -> Checkpoint:
+        """The checkpoint of the rows read, every payload decoded. A payload that fails to
+        decode is decoded again, alone, to name it in the error (the decoding is
+        deterministic, so it fails the same way): the names are built only then."""
         blobs, writes = self._unchunked(row, blobs, writes, chunks)
         decode = self.serde.decode
-        cid, run = row.checkpoint_id, row.run_id
-        values = {
-            ch: _named(decode, b, "channel {!r} at version {!r} of checkpoint {!r} of run {!r}",
-                       ch, row.versions.get(ch), cid, run)
-            for ch, b in blobs.items()
-        }
-        pending = [
-            PendingWrite(w.task_id, w.idx, w.channel, _named(
-                decode, w.value, "write {!r}/{} ({!r}) on checkpoint {!r} of run {!r}",
-                w.task_id, w.idx, w.channel, cid, run), w.task_path)
-            for w in writes
-        ]
-        return self._checkpoint(row, row.seq, values, pending)
+        try:
+            data, metadata = decode(row.data), decode(row.metadata)
+            values = {ch: decode(b) for ch, b in blobs.items()}
+            pending = [PendingWrite(w.task_id, w.idx, w.channel, decode(w.value), w.task_path)
+                       for w in writes]
+        except (SerializationError, CorruptRecord):
+            self._name_the_undecodable(row, blobs, writes)
+            raise
+        return Checkpoint(
+            run_id=row.run_id, ns=row.ns, checkpoint_id=row.checkpoint_id, seq=row.seq,
+            parent_id=row.parent_id, kind=row.kind, execution_id=row.execution_id,
+            data=data, metadata=metadata, versions=row.versions, values=values,
+            created_at=row.created_at, writes=pending)
+
+    def _name_the_undecodable(self, row: CheckpointRow, blobs: Mapping[str, bytes],
+                              writes: Sequence[WriteRow]) -> None:
+        """Decode each payload of a checkpoint alone, raising for the first that fails with
+        the record named (its checkpoint and run, and the channel and version, or the
+        write's task, index and channel)."""
+        decode = self.serde.decode
+        where = f"checkpoint {row.checkpoint_id!r} of run {row.run_id!r}"
+        decode(row.data, record=f"{where} (data)")
+        decode(row.metadata, record=f"{where} (metadata)")
+        for ch, b in blobs.items():
+            decode(b, record=f"channel {ch!r} at version {row.versions.get(ch)!r} of {where}")
+        for w in writes:
+            decode(w.value, record=f"write {w.task_id!r}/{w.idx} ({w.channel!r}) on {where}")
 
     def _receipt(self, row: ReceiptRow) -> Receipt:
         result = None if row.result is None else self.serde.decode(
