@@ -235,6 +235,17 @@ def _lean_read(store: Any, thread_id: str, ns: str) -> Callable[[], CheckpointTu
     return read
 
 
+def _remit_rows(conn: Any, thread_id: str, ns: str) -> tuple[Any, list[Any], list[Any]]:
+    """remit's three statements for the latest checkpoint, as the store issues them, in one
+    read transaction: its row, its values' rows and its writes' rows, nothing decoded."""
+    conn.execute("BEGIN")
+    raw = conn.execute(sqlite_module._LATEST, (thread_id, ns)).fetchone()
+    blobs = conn.execute(sqlite_module._BLOBS_OF_ONE, (raw[8], thread_id, ns)).fetchall()
+    writes = conn.execute(sqlite_module._WRITES_OF_ONE, (thread_id, ns, raw[2])).fetchall()
+    conn.execute("COMMIT")
+    return raw, blobs, writes
+
+
 def _floor_read(pair: dict[str, Any], thread_id: str, ns: str) -> dict[str, Callable[[], Any]]:
     """The least a read of remit's latest checkpoint does with the contract on (see the
     module docstring), and its checks alone: the bare read, plus what no contract-keeping
@@ -259,12 +270,7 @@ def _floor_read(pair: dict[str, Any], thread_id: str, ns: str) -> dict[str, Call
         _seam.verify()
         store._admit(store._read_checkpoint)
         try:
-            conn.execute("BEGIN")
-            raw = conn.execute(sqlite_module._LATEST, (thread_id, ns)).fetchone()
-            found = conn.execute(sqlite_module._BLOBS_OF_ONE, (raw[8], thread_id, ns)).fetchall()
-            pending = conn.execute(sqlite_module._WRITES_OF_ONE, (thread_id, ns, raw[2])
-                                   ).fetchall()
-            conn.execute("COMMIT")
+            raw, found, pending = _remit_rows(conn, thread_id, ns)
         finally:
             store._leave()
         if any(is_manifest(v) for _, v in found) or any(is_manifest(w[3]) for w in pending):
@@ -282,11 +288,8 @@ def _floor_read(pair: dict[str, Any], thread_id: str, ns: str) -> dict[str, Call
         return CheckpointTuple(config, checkpoint, decode(raw[7]), parent_config,  # type: ignore[arg-type]
                                [(w[0], w[2], decode(w[3])) for w in pending])
 
-    conn.execute("BEGIN")
-    raw = conn.execute(sqlite_module._LATEST, (thread_id, ns)).fetchone()
-    stored = [v for _, v in conn.execute(sqlite_module._BLOBS_OF_ONE, (raw[8], thread_id, ns))]
-    stored += [w[3] for w in conn.execute(sqlite_module._WRITES_OF_ONE, (thread_id, ns, raw[2]))]
-    conn.execute("COMMIT")
+    _, blobs, writes = _remit_rows(conn, thread_id, ns)
+    stored = [v for _, v in blobs] + [w[3] for w in writes]
     return {"floor": read, "floor checks": functools.partial(checks, stored)}
 
 
@@ -313,14 +316,7 @@ def _parts(pair: dict[str, Any], thread_id: str, ns: str) -> dict[str, Callable[
     store = pair["store"]
     conn = store._conn()
 
-    def remit_sql() -> Any:
-        conn.execute("BEGIN")
-        raw = conn.execute(sqlite_module._LATEST, (thread_id, ns)).fetchone()
-        found = (raw, conn.execute(sqlite_module._BLOBS_OF_ONE, (raw[8], thread_id, ns)).fetchall(),
-                 conn.execute(sqlite_module._WRITES_OF_ONE, (thread_id, ns, raw[2])).fetchall())
-        conn.execute("COMMIT")
-        return found
-
+    remit_sql = functools.partial(_remit_rows, conn, thread_id, ns)
     remit_row, remit_blobs, remit_pending = remit_sql()
     decode = store.serde.decode
 
