@@ -130,6 +130,80 @@ def test_a_raw_msgpack_ext_record_is_refused_at_write(store: Store, value: Any) 
     assert store.get_checkpoint("ext") is None
 
 
+class _Text(str):
+    pass
+
+
+def _wide(leaf: Any, *, width: int = 40, at: int = 17) -> dict[str, Any]:
+    """A dict of ``width`` dicts (past the encoder's bulk check), ``leaf`` in one of them."""
+    return {f"node{i}": {"ch": leaf if i == at else f"v{i}"} for i in range(width)}
+
+
+def _deep_bulk(levels: int, leaf: Any = 1) -> list[Any]:
+    """A list of 40 scalars and one value ``levels`` levels deep in all (``leaf`` in the
+    deepest, or the deepest itself when it is an empty list)."""
+    inner: Any = leaf
+    for _ in range(levels - (2 if leaf == [] else 1)):
+        inner = [inner]
+    return [*range(40), inner]
+
+
+LARGE = {
+    "plain": _wide("v"),
+    "ext value": _wide(msgpack.ExtType(1, b"2026-01-01T00:00:00")),
+    "ext key": {**_wide("v"), "x": {msgpack.ExtType(99, b"z"): 1}},
+    "ext key, wide": {msgpack.ExtType(99, b"z"): 1, **{f"k{i}": i for i in range(40)}},
+    "memoryview": _wide(memoryview(b"abc")),
+    "str subclass key": {**_wide("v"), "x": {_Text("k"): 1}},
+    "tuple": _wide((1, 2)),
+    "at the limit": _deep_bulk(MAX_DEPTH),
+    "one past": _deep_bulk(MAX_DEPTH + 1),
+    "empty one past": _deep_bulk(MAX_DEPTH + 1, []),
+    "empty at the limit": _deep_bulk(MAX_DEPTH, []),
+}
+
+
+@pytest.mark.parametrize("name", list(LARGE))
+def test_the_bulk_check_lists_members_as_the_walk_does(name: str) -> None:
+    """The check of large containers lists a level's members through the garbage
+    collector's traversal on CPython (at C speed); it answers as the same check listing
+    them in Python, keys of every kind and values of every kind seen."""
+    assert serde_module._children is __import__("gc").get_referents
+    value = LARGE[name]
+    fast = serde_module._plain_within([value], MAX_DEPTH)
+    saved = serde_module._children
+    try:
+        serde_module._children = serde_module._children_walked
+        walked = serde_module._plain_within([value], MAX_DEPTH)
+    finally:
+        serde_module._children = saved
+    assert fast == walked == (name in ("plain", "at the limit", "empty at the limit"))
+
+
+@pytest.mark.parametrize("name, error", [
+    ("ext value", "raw msgpack ExtType"), ("ext key", "raw msgpack ExtType"),
+    ("ext key, wide", "raw msgpack ExtType"), ("one past", "nests deeper"),
+    ("empty one past", "nests deeper"),
+])
+def test_large_values_the_bulk_check_refuses_are_refused_at_write(name: str,
+                                                                   error: str) -> None:
+    with pytest.raises(SerializationError, match=error):
+        encode(LARGE[name])
+
+
+@pytest.mark.parametrize("name", ["plain", "at the limit", "empty at the limit", "memoryview",
+                                  "str subclass key", "tuple"])
+def test_large_values_the_bulk_check_passes_on_read_back(name: str) -> None:
+    value = LARGE[name]
+    back = decode(encode(value))
+    if name == "memoryview":  # (stored as its bytes)
+        assert back == _wide(b"abc")
+        assert type(back["node17"]["ch"]) is bytes
+    else:
+        assert back == value
+        assert list(map(type, back)) == list(map(type, value))
+
+
 def test_everything_below_the_limit_round_trips() -> None:
     nested_list: Any = 1
     for _ in range(MAX_DEPTH):
