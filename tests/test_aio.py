@@ -89,3 +89,57 @@ def test_runs_at_once_get_bridges_of_their_own_and_wait_outside_a_run_is_refused
     asyncio.run(main())
     with pytest.raises(RuntimeError, match="outside"):
         aio.wait(_later(None))
+
+
+def test_a_signal_releases_every_thread_waiting_and_every_later_wait() -> None:
+    """Threads wait on a gate the first of them made; a set releases them all, each
+    passing it on, and a wait after the set returns at once; setting twice is a no-op."""
+    import threading
+
+    signal = aio.Signal()
+    assert signal.wait(0) is False and signal.wait(0.001) is False  # not set: times out
+    waiting = threading.Barrier(6)
+    results: list[bool] = []
+
+    def waiter() -> None:
+        waiting.wait()
+        results.append(signal.wait(None))
+
+    threads = [threading.Thread(target=waiter) for _ in range(5)]
+    for t in threads:
+        t.start()
+    waiting.wait()  # all five are at (or about to be at) their wait
+    signal.set()
+    signal.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert results == [True] * 5
+    assert signal.wait(None) is True and signal.wait(0) is True
+
+
+def test_a_signal_set_from_another_thread_wakes_a_timed_wait_and_a_bridged_one() -> None:
+    import threading
+
+    signal = aio.Signal()
+    ready = threading.Event()
+
+    def setter() -> None:
+        ready.wait()
+        signal.set()
+
+    t = threading.Thread(target=setter)
+    t.start()
+    ready.set()
+    assert signal.wait(60) is True
+    t.join()
+
+    bridged = aio.Signal()
+
+    def wait_bridged() -> bool:
+        threading.Thread(target=bridged.set).start()
+        return bridged.wait(60)
+
+    async def main() -> bool:
+        return await aio.run(wait_bridged)
+    assert asyncio.run(main()) is True

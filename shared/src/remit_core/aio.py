@@ -161,26 +161,31 @@ class Signal:
     timeout, and that any thread sets (a ``threading.Event`` that does not block the loop
     of a coroutine waiting for it).
 
-    Its event and its list of waiting futures are made by the first waiter that needs
-    them: one signal is made per task write awaiting its checkpoint, and under
+    A thread waits by acquiring a lock the first waiter made and took (its gate), which
+    :meth:`set` releases; each thread that gets through releases it again for the next
+    (where a ``threading.Event`` makes a condition, and a lock a wait). Under :func:`run`
+    a waiter waits for a future of its loop instead. Both are made by the first waiter
+    that needs them: one signal is made per task write awaiting its checkpoint, and under
     :func:`run` the objects live while it waits (on a loop with hundreds of runs, what
     lives across waits is what the garbage collector's full collections walk)."""
 
-    __slots__ = ("_event", "_futures", "_lock", "_set")
+    __slots__ = ("_futures", "_gate", "_lock", "_set")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._set = False
-        self._event: threading.Event | None = None
+        self._gate: threading.Lock | None = None  # held until set, once a thread waits
         self._futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] | None \
             = None
 
     def set(self) -> None:
         with self._lock:
+            if self._set:
+                return
             self._set = True
-            event, futures, self._futures = self._event, self._futures, None
-        if event is not None:
-            event.set()
+            gate, futures, self._futures = self._gate, self._futures, None
+        if gate is not None:
+            gate.release()
         if not futures:
             return
         try:
@@ -200,10 +205,14 @@ class Signal:
             with self._lock:
                 if self._set:
                     return True
-                if self._event is None:
-                    self._event = threading.Event()
-                event = self._event
-            return event.wait(timeout)
+                gate = self._gate
+                if gate is None:
+                    gate = self._gate = threading.Lock()
+                    gate.acquire()
+            if gate.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+                gate.release()  # for the next waiter
+                return True
+            return self._set
         owner = loop()
         with self._lock:
             if self._set:
