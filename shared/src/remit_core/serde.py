@@ -524,17 +524,18 @@ class Serde:
 
     def encode(self, value: Any, *, record: str = "value") -> bytes:
         """Encode ``value``; raise :class:`SerializationError` naming the path if it cannot be."""
-        try:
-            packed = _pack(value)  # plain data (the common case): msgpack walks it at C speed
-        except (TypeError, ValueError, OverflowError):
-            pass  # something to rewrite first (a typed value, a subclass, a lone surrogate...)
-        else:
-            # msgpack packed it as it is: plain data, unless a raw msgpack.ExtType is in it
-            # (the decoder would read it as one of remit's records, or refuse it) or it
-            # nests deeper than MAX_DEPTH; _plain_ok finds both (the slow path refuses them)
-            t = type(value)
-            if t in _SCALARS or ((t is list or t is dict) and _plain_ok(value, MAX_DEPTH)):
-                return _HEADER + packed
+        t = type(value)
+        if t in _PLAIN:  # (a typed value goes straight to the rewrite: msgpack refuses it)
+            try:
+                packed = _pack(value)  # plain data (the common case): msgpack walks it at C speed
+            except (TypeError, ValueError, OverflowError):
+                pass  # something to rewrite first (a typed value inside, a lone surrogate...)
+            else:
+                # msgpack packed it as it is: plain data, unless a raw msgpack.ExtType is in
+                # it (the decoder would read it as one of remit's records, or refuse it) or it
+                # nests deeper than MAX_DEPTH; _plain_ok finds both (the slow path refuses them)
+                if t in _SCALARS or _plain_ok(value, MAX_DEPTH):
+                    return _HEADER + packed
         try:
             try:
                 packed = _pack(self._lower(value, 0, False, False))
