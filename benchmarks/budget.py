@@ -3,6 +3,7 @@
     uv run python benchmarks/budget.py               # 12 rounds
     uv run python benchmarks/budget.py --rounds 6
     uv run python benchmarks/budget.py --only 2      # item 2 alone
+    uv run python benchmarks/budget.py --instructions   # item 1 in instructions (valgrind)
 
 Not a row of ``run.py``: a profile of the two SQLite rows that ``run.py`` reports missed,
 measured the same way (fresh files in one directory, WAL, ``synchronous=FULL``, the
@@ -31,6 +32,18 @@ a call), remit's step by piece, in CPU time of the thread that runs it:
 The least durable saver's own ``put`` and ``put_writes`` are counted the same way, for
 a comparison with remit's transaction alone.
 
+**Item 1 in instructions** (``--instructions``, about three minutes: not part of the
+default run). The four sides again, each in a process of its own under valgrind's
+callgrind, which counts the instructions the process executes in user space (every
+thread; the kernel's work, the write and fsync of a commit among it, is not counted):
+repeatable to a few tenths of a percent from run to run and whatever else the machine
+does, where the times above vary by several percent. Each side runs two invokes
+uncounted (tables, caches), then ``--invokes`` counted ones (callgrind's instrumentation
+switched on and off around them with ``callgrind_control``). Printed: instructions a
+step, those over LangGraph on the stored-nothing checkpointer (what the saver adds), and
+how they split among the libraries that execute them (the Python interpreter running
+Python code, SQLite, msgpack and ormsgpack, the C library, the rest).
+
 **Item 2** (``get_tuple`` of the latest checkpoint, history 10, built as ``run.py`` builds
 it). RemitSaver, SqliteSaver, and the same read of remit's tables with no layer between
 them and the caller: one read transaction, the checkpoint's row, its values by the
@@ -54,7 +67,12 @@ import collections
 import functools
 import json
 import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import timeit
@@ -177,9 +195,7 @@ def item1(rounds: int) -> None:
     print("| side | wall a step | CPU a step | wall added over the stored-nothing "
           "checkpointer |")
     print("|---|---|---|---|")
-    names = {"null": "LangGraph on a checkpointer that stores nothing",
-             "least": "the least durable saver", "stock": "SqliteSaver", "remit": "RemitSaver"}
-    for k, name in names.items():
+    for k, name in SIDES.items():
         added = "" if k == "null" else us(wall[k] - wall["null"])
         print(f"| {name} | {us(wall[k])} | {us(cpu[k])} | {added} |")
     budget = 0.8 * wall["stock"] - wall["null"]
@@ -204,6 +220,96 @@ def item1(rounds: int) -> None:
           f"leaves a saver ({us(budget)}); the least durable saver's whole put and "
           f"put_writes, counted the same way: {us(least_cpu)} a step, its serializing and "
           f"its commit included\n")
+
+
+SIDES = {"null": "LangGraph on a checkpointer that stores nothing",
+         "least": "the least durable saver", "stock": "SqliteSaver", "remit": "RemitSaver"}
+
+#: how ``--instructions`` groups the shared objects that executed them: (label, a part of
+#: the object's path), first match wins; anything else is "the rest"
+LIBRARIES = (("the Python interpreter", "libpython"), ("SQLite", "libsqlite3"),
+             ("msgpack and ormsgpack", "msgpack"), ("the C library", "libc."))
+
+
+def _callgrind(state: str) -> None:
+    """Switch callgrind's instrumentation of this process on or off (under valgrind)."""
+    subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], check=True,
+                   capture_output=True)
+
+
+def _instructions_child(side: str, invokes: int) -> None:
+    """Run under callgrind with its instrumentation off: two invokes of ``side``, then
+    ``invokes`` with it on."""
+    builder = linear_graph(Small, STEPS)
+    with temp_dir() as directory, sqlite_pair(directory) as pair:
+        least = least_durable_saver(os.path.join(directory, "least.db"))
+        try:
+            savers = {"null": null_saver(), "least": least, "stock": pair["stock"],
+                      "remit": pair["remit"]}
+            graph = builder.compile(checkpointer=savers[side])
+            _invoke(graph)
+            _invoke(graph)
+            _callgrind("on")
+            for _ in range(invokes):
+                _invoke(graph)
+            _callgrind("off")
+        finally:
+            least.conn.close()
+
+
+def _counted_instructions(side: str, invokes: int) -> tuple[int, dict[str, int]]:
+    """One side under callgrind: its counted instructions, in all and by library."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        run = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+             f"--callgrind-out-file={out}", sys.executable, __file__,
+             "--instructions-child", side, "--invokes", str(invokes)],
+            capture_output=True, text=True, check=False)
+        collected = re.search(r"Collected : (\d+)", run.stderr)
+        if run.returncode != 0 or collected is None:
+            raise SystemExit(f"callgrind run of {side} failed ({run.returncode}):\n"
+                             f"{run.stderr[-2000:]}")
+        listing = subprocess.run(["callgrind_annotate", "--threshold=100", out],
+                                 capture_output=True, text=True, check=True).stdout
+    by: collections.Counter[str] = collections.Counter()
+    for line in listing.splitlines():
+        # "N (p%)  file:function [object]"; a function inlined from a header is listed
+        # without its object, under the header's path in the interpreter's sources
+        m = re.match(r"\s*([\d,]+) \([^)]*\)\s+(\S.*?)(?: \[(.+)\])?\s*$", line)
+        if m and m.group(2) != "PROGRAM TOTALS":
+            obj = m.group(3) or ("libpython" if "Python-3." in m.group(2) else m.group(2))
+            label = next((name for name, part in LIBRARIES if part in obj), "the rest")
+            by[label] += int(m.group(1).replace(",", ""))
+    return int(collected.group(1)), dict(by)
+
+
+def instructions(invokes: int) -> None:
+    missing = [t for t in ("valgrind", "callgrind_control", "callgrind_annotate")
+               if shutil.which(t) is None]
+    if missing:
+        raise SystemExit(f"--instructions needs valgrind's callgrind ({', '.join(missing)} "
+                         "not found): install valgrind (Debian: apt install valgrind)")
+    counted = {side: _counted_instructions(side, invokes) for side in SIDES}
+    steps = STEPS * invokes
+    null_total = counted["null"][0]
+    labels = [name for name, _ in LIBRARIES] + ["the rest"]
+    print("## Item 1 on SQLite in instructions: a step of a 200-step graph, durability=sync\n")
+    print(f"user-space instructions of the whole process (every thread), counted by "
+          f"callgrind over {invokes} invoke(s) a side after two uncounted; a step is "
+          f"1/{STEPS} of an invoke\n")
+    print("| side | a step | over LangGraph alone | " + " | ".join(labels) + " |")
+    print("|---|---|---|" + "---|" * len(labels))
+    for side, name in SIDES.items():
+        total, by = counted[side]
+        over = "" if side == "null" else f"{(total - null_total) / steps / 1e3:,.0f} k"
+        parts = [f"{by.get(label, 0) / steps / 1e3:,.0f} k" for label in labels]
+        print(f"| {name} | {total / steps / 1e3:,.0f} k | {over} | " + " | ".join(parts) + " |")
+    stock_over = counted["stock"][0] - null_total
+    remit_over = counted["remit"][0] - null_total
+    print(f"\nRemitSaver adds {remit_over / stock_over:.2f}x the instructions SqliteSaver "
+          f"adds to a step ({counted['remit'][0] / counted['stock'][0]:.2f}x the whole "
+          f"process's)\n")
 
 
 def _lean_read(store: Any, thread_id: str, ns: str) -> Callable[[], CheckpointTuple]:
@@ -394,9 +500,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--only", choices=("1", "2"), help="one item only")
+    parser.add_argument("--instructions", action="store_true",
+                        help="item 1 in instructions, under valgrind's callgrind")
+    parser.add_argument("--invokes", type=int, default=1,
+                        help="counted invokes a side (--instructions)")
+    parser.add_argument("--instructions-child", choices=tuple(SIDES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.instructions_child:
+        _instructions_child(args.instructions_child, args.invokes)
+        return
     print(f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; 1-minute load "
           f"{os.getloadavg()[0]:.1f}\n")
+    if args.instructions:
+        instructions(args.invokes)
+        return
     if args.only in (None, "1"):
         item1(args.rounds)
     if args.only in (None, "2"):
