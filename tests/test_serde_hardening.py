@@ -204,6 +204,118 @@ def test_large_values_the_bulk_check_passes_on_read_back(name: str) -> None:
         assert list(map(type, back)) == list(map(type, value))
 
 
+def _deep_small(levels: int, leaf: Any = 1) -> list[Any]:
+    """A list ``levels`` levels deep with nothing beside it (``leaf`` in the deepest, or
+    the deepest itself when it is an empty list): too small for the bulk check."""
+    inner: Any = leaf
+    for _ in range(levels - (1 if leaf == [] else 0) - 1):
+        inner = [inner]
+    return [inner]
+
+
+#: values the strict packer packs as they are, for the check after the pack: each kind of
+#: ext record, bytes that hold an ext header byte without one (a float, an int, a text, a
+#: length), the depth at and past the limit, and values of few objects and many bytes
+PACKED = {
+    **LARGE,
+    "small ext value": {"a": msgpack.ExtType(1, b"x")},
+    "small ext in a list": [1, msgpack.ExtType(99, b"zz")],
+    "ext of 300 bytes": [msgpack.ExtType(5, b"x" * 300)],
+    "timestamp": {"at": msgpack.Timestamp(1, 2)},
+    "float with a header byte": {"x": 2.0 ** -300, "y": [float.fromhex("0x1.d4d4d4p+3")]},
+    "int 212": [212, {"k": 0xD4D5}],
+    "non-ascii text": {"t": "Ǉ ԅ ה ث", "u": ["\u01c7" * 3]},
+    "string of 212 characters": {"s": "a" * 212},
+    "small at the limit": _deep_small(MAX_DEPTH),
+    "small one past": _deep_small(MAX_DEPTH + 1),
+    "small empty at the limit": _deep_small(MAX_DEPTH, []),
+    "small empty one past": _deep_small(MAX_DEPTH + 1, []),
+    "long text in a dict": {"doc": "word " * 100_000},
+    "long bytes in a list": [b"\xd4" * 70_000, 1],
+    "small memoryview": {"m": memoryview(b"\xd4\xc7")},
+    "bytearray": [bytearray(b"ab"), {"b": bytearray(b"\xc9")}],
+    "int keys": {1: [2], 3: {4: None}, None: True},
+    "plain checkpoint data": {"v": 4, "ts": "2026-12-07T02:15:44+00:00", "id": "1f1f",
+                              "versions_seen": {f"n{i}": {f"branch:to:n{i}": f"{i:032}.0.5"}
+                                                for i in range(150)},
+                              "updated_channels": ["count"]},
+}
+
+
+@pytest.mark.parametrize("name", list(PACKED))
+def test_the_check_after_the_pack_answers_as_the_check_of_each_object(name: str) -> None:
+    """After the strict packer packed a list or dict, the encoder clears it by its depth
+    (counted a level at a time in C) and by its bytes (no ext record header in them);
+    what it cannot clear goes to the check of each object. The two store the same bytes
+    and refuse the same values: a value the count clears is one the object check clears
+    too, but for a memoryview (stored as its bytes either way)."""
+    value = PACKED[name]
+    try:
+        packed = serde_module._pack(value)
+    except TypeError:  # (a str subclass, a tuple: the encoder rewrites them first)
+        assert name in ("str subclass key", "tuple")
+    else:
+        by_object = serde_module._plain_ok(value, MAX_DEPTH)
+        if serde_module._plain_packed(value, packed) and not by_object:
+            assert "memoryview" in name
+    general = Serde()
+    saved = serde_module._plain_packed
+    try:
+        serde_module._plain_packed = lambda v, _p: serde_module._plain_ok(v, MAX_DEPTH)
+        try:
+            expected: Any = general.encode(value)
+        except SerializationError as exc:
+            expected = (str(exc), exc.path)
+    finally:
+        serde_module._plain_packed = saved
+    try:
+        got: Any = Serde().encode(value)
+    except SerializationError as exc:
+        got = (str(exc), exc.path)
+    assert got == expected
+    refused = ("ext" in name and "text" not in name) or "timestamp" in name or "past" in name
+    assert isinstance(got, tuple) == refused, got
+
+
+@pytest.mark.parametrize("name", [n for n in PACKED if ("ext" in n and "text" not in n)
+                                  or n == "timestamp"])
+def test_the_count_never_walks_into_an_ext_record(name: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ext record's members include its class, and through the class every object of
+    the interpreter: the count of levels must never list them. The record's header byte
+    sends the value to the check of each object before the count starts."""
+    gc = __import__("gc")
+    listed: list[Any] = []
+
+    def spy(*objects: Any) -> list[Any]:
+        members: list[Any] = gc.get_referents(*objects)
+        listed.extend(members)
+        return members
+
+    monkeypatch.setattr(serde_module, "_children", spy)
+    value = PACKED[name]
+    assert not serde_module._plain_packed(value, serde_module._pack(value))
+    assert not [x for x in listed if isinstance(x, type)]
+
+
+@pytest.mark.parametrize("name", ["plain", "plain checkpoint data", "int keys",
+                                  "small at the limit", "small empty at the limit"])
+def test_plain_data_is_cleared_without_the_check_of_each_object(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count and the bytes clear plain data whose bytes hold no ext header byte, up to
+    one level below the limit, without looking at each object (what a checkpoint's data
+    costs at every step); the check of each object is not called."""
+    def by_object(*_: Any) -> bool:
+        raise AssertionError("checked object by object")
+
+    value = PACKED[name]
+    if name.startswith("small"):  # one level below the limit: the count's one level more
+        value = value[0]
+    monkeypatch.setattr(serde_module, "_plain_ok", by_object)
+    assert serde_module._plain_packed(value, serde_module._pack(value))
+    assert decode(Serde().encode(value)) == value
+
+
 def test_everything_below_the_limit_round_trips() -> None:
     nested_list: Any = 1
     for _ in range(MAX_DEPTH):

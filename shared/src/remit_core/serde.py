@@ -382,6 +382,40 @@ def _plain_ok(v: list[Any] | dict[Any, Any], room: int) -> bool:
     return True
 
 
+#: whether :data:`_children` lists members at C speed (CPython's garbage collector)
+_LISTED_IN_C: Final = _children is gc.get_referents
+
+def _plain_packed(value: list[Any] | dict[Any, Any], packed: bytes) -> bool:
+    """:func:`_plain_ok` of a list or dict ``value`` at the top level, which the strict
+    packer has just packed into ``packed``, answered from those bytes and a count of its
+    levels where it can be.
+
+    The strict packer takes exact scalars, lists and dicts, and ext records
+    (``msgpack.ExtType``, ``msgpack.Timestamp``), each packed behind a header byte 0xD4
+    to 0xD8 or 0xC7 to 0xC9: packed bytes without such a byte hold no ext record. What is
+    left is the depth: the members of a level's objects, listed in one C call
+    (:data:`_children`; a scalar lists none), are the next level, and a level that lists
+    nothing ends the value. The count can be one level too high (when the deepest level
+    holds scalars), never too low; every object it lists was packed into at least one
+    byte, so a count of more objects than bytes stops it. What this cannot clear -- an
+    ext header byte in a string, a number or bytes, a value at the limit, an interpreter
+    that does not list members at C speed -- :func:`_plain_ok` checks object by object
+    (an ext record's members are not plain: its class is one of them)."""
+    if _LISTED_IN_C and not (  # (each ``in`` a memchr: an int is looked for, not bytes)
+            0xD4 in packed or 0xD5 in packed or 0xD6 in packed or 0xD7 in packed
+            or 0xD8 in packed or 0xC7 in packed or 0xC8 in packed or 0xC9 in packed):
+        level: list[Any] = [value]
+        listed, size = 1, len(packed)
+        for _ in range(MAX_DEPTH):  # (level k's members are level k + 1)
+            level = _children(*level)
+            if not level:
+                return True
+            listed += len(level)
+            if listed > size:  # (not what the packer packed: looked at object by object)
+                break
+    return _plain_ok(value, MAX_DEPTH)
+
+
 def _strict_scalar(v: Any, t: type) -> Any:
     """A scalar msgpack may refuse: a str with lone surrogates, an int beyond 64 bits."""
     if t is str and not v.isascii():
@@ -533,8 +567,9 @@ class Serde:
             else:
                 # msgpack packed it as it is: plain data, unless a raw msgpack.ExtType is in
                 # it (the decoder would read it as one of remit's records, or refuse it) or it
-                # nests deeper than MAX_DEPTH; _plain_ok finds both (the slow path refuses them)
-                if t in _SCALARS or _plain_ok(value, MAX_DEPTH):
+                # nests deeper than MAX_DEPTH; _plain_packed finds both (the slow path
+                # refuses them)
+                if t in _SCALARS or _plain_packed(value, packed):
                     return _HEADER + packed
         try:
             try:
