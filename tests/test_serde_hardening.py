@@ -316,6 +316,65 @@ def test_plain_data_is_cleared_without_the_check_of_each_object(
     assert decode(Serde().encode(value)) == value
 
 
+_plain_data = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1), st.floats(),
+              st.text(), st.binary()),
+    lambda inner: st.one_of(st.lists(inner, max_size=5),
+                            st.dictionaries(st.text(max_size=8), inner, max_size=5)),
+    max_leaves=30)
+
+
+@given(_plain_data)
+def test_plain_data_packs_to_the_strict_packers_bytes(value: Any) -> None:
+    """The encoder packs plain data with ormsgpack where it can: to the bytes msgpack's
+    strict packer writes for it, byte for byte."""
+    try:
+        expected = serde_module._pack(value)
+    except (TypeError, ValueError, OverflowError):
+        expected = None
+    assert serde_module._pack_as_is(value) == expected
+
+
+def _strict_only(value: Any) -> bytes | None:
+    """The encoder's pack before ormsgpack: msgpack's strict packer alone."""
+    try:
+        return serde_module._pack(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+class _Number(int):
+    pass
+
+
+@pytest.mark.parametrize("value", [
+    (1, 2), Pair(1, "a"), {1, 2}, frozenset({3}), Leaf(n=1), Holder(Leaf(n=2), Shade.DARK),
+    Shade.DARK, _Number(5), _Text("t"), {"k": _Text("v")}, {_Text("k"): 1},
+    dt.datetime(2026, 1, 2, tzinfo=ZoneInfo("Europe/Paris")), dt.date(2026, 1, 2),
+    dt.time(3, 4), dt.timedelta(seconds=5), uuid.UUID(int=9), decimal.Decimal("1.5"),
+    2**64, -2**63 - 1, "odd-\udcff", msgpack.ExtType(1, b"x"), msgpack.Timestamp(1, 2),
+    __import__("ormsgpack").Ext(3, b"x"), memoryview(b"mv"), bytearray(b"ba"),
+    {1: "int key"}, {None: "none key"}, {b"k": "bytes key"}, types.SimpleNamespace(a=1),
+], ids=lambda v: type(v).__name__)
+def test_ormsgpack_packs_nothing_the_strict_packer_would_not(value: Any) -> None:
+    """With every passthrough option, ormsgpack writes no typed value its own way (a
+    tuple as a list, a datetime as text, a subclass as its base...): each, alone, in a
+    list and in a dict, is stored (or refused) exactly as with msgpack's strict packer
+    alone."""
+    for v in (value, [1, value], {"v": value}):
+        got: list[Any] = []
+        for pack in (serde_module._pack_as_is, _strict_only):
+            saved = serde_module._pack_as_is
+            serde_module._pack_as_is = pack
+            try:
+                got.append(encode(v))
+            except SerializationError as exc:
+                got.append((str(exc), exc.path))
+            finally:
+                serde_module._pack_as_is = saved
+        assert got[0] == got[1], v
+
+
 def test_everything_below_the_limit_round_trips() -> None:
     nested_list: Any = 1
     for _ in range(MAX_DEPTH):
