@@ -512,6 +512,12 @@ def test_legacy_imports_a_thread_on_first_use(stock: str, store: Store) -> None:
         result = g.invoke(Command(resume="yes"), cfg("parked"))
         assert result["answer"] == "yes after 3"
         assert result["items"] == build(old).get_state(cfg("parked")).values["items"] * 2
+        # the stock versions go on in remit's shorter shape, above every stock one
+        stock_versions = old.get_tuple(cfg("parked")).checkpoint["channel_versions"]
+        ours = saver.get_tuple(cfg("parked")).checkpoint["channel_versions"]
+        moved = {c: v for c, v in ours.items() if v != stock_versions.get(c)}
+        assert moved and all(v[0].isalpha() and v > max(stock_versions.values())
+                             for v in moved.values()), (stock_versions, ours)
 
         history = list(g.get_state_history(cfg("done")))  # list() imports too
         root = [t for t in old.list(cfg("done")) if not t.config["configurable"]["checkpoint_ns"]]

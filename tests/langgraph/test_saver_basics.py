@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal, TypedDict
 
 import langgraph.checkpoint.base
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
@@ -32,6 +34,7 @@ from remit_core.serde import default_serde
 from remit_langgraph import RemitSaver, _seam
 from remit_langgraph._contract import derive_step_id
 from remit_langgraph._serde import EMPTY, storable
+from remit_langgraph.saver import next_version
 from tests.test_run_lifecycle import likely_new_hints
 
 # the pending-write order a saver must give, where langgraph-checkpoint defines one
@@ -651,9 +654,43 @@ def test_channel_without_value_reads_back_absent(saver: RemitSaver) -> None:
 def test_next_version_is_ordered_and_unique(saver: RemitSaver) -> None:
     first = saver.get_next_version(None, None)
     again = saver.get_next_version(None, None)
-    assert first.startswith(f"{1:032}.") and first != again  # forks must not share a version
-    assert saver.get_next_version(first, None).startswith(f"{2:032}.")
-    assert saver.get_next_version(7, None).startswith(f"{8:032}.")  # type: ignore[arg-type]
+    assert first.startswith("a1.") and first != again  # forks must not share a version
+    assert len(first) == 14  # the stock savers' shape takes 51 characters
+    assert saver.get_next_version(first, None).startswith("a2.")
+    assert saver.get_next_version(7, None).startswith("a8.")  # type: ignore[arg-type]
+    assert saver.get_next_version("1", None).startswith("a2.")  # another saver's "1"
+    chain = [first]
+    for _ in range(1100):
+        chain.append(saver.get_next_version(chain[-1], None))
+    assert chain == sorted(chain) and len(set(chain)) == len(chain)
+    assert chain[9].startswith("b10.") and chain[-1].startswith("d1101.")
+
+
+@settings(max_examples=300)
+@given(n=st.integers(0, 10**25 - 2), shape=st.sampled_from(["int", "stock", "remit"]),
+       other=st.integers(0, 10**25 - 2))
+def test_a_next_version_sorts_above_any_version_it_follows(n: int, shape: str,
+                                                           other: int) -> None:
+    """LangGraph compares versions as strings (``version > seen``, ``max`` of them): the
+    next version of any n sorts above every version whose counter is at most n, of
+    remit's shape or of the stock savers' (a thread begun on a stock saver goes on)."""
+    current: Any = {"int": n, "stock": f"{n:032}.{0.5:016}", "remit": next_version(n - 1)
+                    if n else next_version(None)}[shape]
+    if shape == "remit" and n == 0:
+        n = 1
+    after = next_version(current)
+    assert after.startswith(f"{chr(97 + len(str(n + 1)) - 1)}{n + 1}.")
+    low = min(other, n)
+    assert after > f"{low:032}.{0.99:016}"  # above every stock-shaped version up to n
+    if low:
+        assert after > next_version(low - 1)  # and every remit-shaped one
+    assert next_version(after).startswith(f"{chr(96 + len(str(n + 2)))}{n + 2}.")
+
+
+@pytest.mark.parametrize("version", ["", "x", "Z12.3", "b1.x", "\u00b2", "c1.5", -3])
+def test_a_version_of_no_known_shape_is_a_clear_error(version: Any) -> None:
+    with pytest.raises(ValueError, match="cannot go on from the channel version"):
+        next_version(version)
 
 
 def test_prune_rejects_a_bare_string_and_unknown_strategy(saver: RemitSaver) -> None:
