@@ -674,12 +674,16 @@ def test_a_next_version_sorts_above_any_version_it_follows(n: int, shape: str,
     """LangGraph compares versions as strings (``version > seen``, ``max`` of them): the
     next version of any n sorts above every version whose counter is at most n, of
     remit's shape or of the stock savers' (a thread begun on a stock saver goes on)."""
-    current: Any = {"int": n, "stock": f"{n:032}.{0.5:016}", "remit": next_version(n - 1)
-                    if n else next_version(None)}[shape]
-    if shape == "remit" and n == 0:
-        n = 1
+    current: Any
+    if shape == "int":
+        current = n
+    elif shape == "stock":
+        current = f"{n:032}.{0.5:016}"
+    else:  # remit's own shape has no counter 0: its first version is a1
+        n = max(n, 1)
+        current = next_version(n - 1 if n > 1 else None)
     after = next_version(current)
-    assert after.startswith(f"{chr(97 + len(str(n + 1)) - 1)}{n + 1}.")
+    assert after.startswith(f"{chr(96 + len(str(n + 1)))}{n + 1}.")
     low = min(other, n)
     assert after > f"{low:032}.{0.99:016}"  # above every stock-shaped version up to n
     if low:

@@ -623,8 +623,8 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         version of the stock savers' shape (``"<n:032>.<random>"``, digits first), so a
         thread begun on a stock saver or an earlier remit goes on from its highest
         version. The random part keeps two forks of one checkpoint apart (their values
-        are stored once per channel and version). 16 characters where the stock shape
-        takes 51: LangGraph keeps a version per channel and one per node and channel it
+        are stored once per channel and version). 15 characters for a counter of two
+        digits, where the stock shape takes 51: LangGraph keeps a version per channel and one per node and channel it
         has seen, so a checkpoint of a graph of many nodes is half as large.
         """
         return next_version(current)
@@ -819,14 +819,11 @@ def next_version(current: Any) -> str:
         n = current
     else:
         head = str(current).partition(".")[0]
-        if not head.isascii():
-            n = -1
-        elif head[:1].isalpha() and len(head) == ord(head[0]) - 95 and head[1:].isdigit():
-            n = int(head[1:])
-        elif head.isdigit():
-            n = int(head)
-        else:
-            n = -1
+        lettered = head[:1].isalpha()  # this shape, else the stock one (digits only)
+        digits = head[1:] if lettered else head
+        known = digits.isascii() and digits.isdigit() and (
+            not lettered or head[0] == _count_letter(digits))
+        n = int(digits) if known else -1
     if n < 0:
         raise ValueError(
             f"RemitSaver cannot go on from the channel version {current!r}: a version "
@@ -837,7 +834,12 @@ def next_version(current: Any) -> str:
     if len(digits) > 26:
         raise ValueError(f"RemitSaver's channel versions count to 26 digits, not {digits}")
     tail = base64.urlsafe_b64encode(random.getrandbits(64).to_bytes(8, "big"))[:11]
-    return f"{chr(96 + len(digits))}{digits}.{tail.decode()}"
+    return f"{_count_letter(digits)}{digits}.{tail.decode()}"
+
+
+def _count_letter(digits: str) -> str:
+    """The letter before a version's counter: its number of digits, ``a`` for one."""
+    return chr(96 + len(digits))
 
 
 def _indexed(writes: Sequence[tuple[str, Any]]) -> list[tuple[int, str, Any]]:
