@@ -716,6 +716,115 @@ def test_the_short_path_of_exact_json_types_digests_as_the_long_one(value: Any) 
     assert digest(value) == general.digest(value)
 
 
+class _EarlierDigest(Serde):
+    """The digest as remit wrote it before its members were taken without a call: every member through ``_canonical``, each
+    map's keys ordered by ``msgpack.packb`` of the key, packed by ``msgpack.packb``. The
+    digest of today must give the same bytes (derived ids are compared across releases)."""
+
+    def digest(self, value: Any) -> str:
+        import hashlib
+
+        try:
+            packed = msgpack.packb(self._canonical(value, 0, True), strict_types=False)
+        except serde_module._Refused as refused:
+            raise serde_module._serialization_error(refused, "value") from None
+        return hashlib.sha256(packed).hexdigest()
+
+    def _canonical_container(self, value: Any, level: int, check: bool) -> Any:
+        if isinstance(value, dict):
+            items = []
+            for k, v in value.items():
+                try:
+                    items.append((self._canonical(k, level, check),
+                                  self._canonical(v, level, check)))
+                except serde_module._Refused as refused:
+                    refused.segments.append(f".{k}")
+                    raise
+            items.sort(key=lambda kv: msgpack.packb(kv[0]))
+            return ["#map", [list(kv) for kv in items]]
+        members = []
+        for i, v in enumerate(value):
+            try:
+                members.append(self._canonical(v, level, check))
+            except serde_module._Refused as refused:
+                refused.segments.append(f"[{i}]")
+                raise
+        if isinstance(value, list):
+            return members
+        if type(value) is tuple:
+            return ["#tuple", members]
+        members.sort(key=msgpack.packb)
+        return ["#set", members]
+
+
+# keys of every msgpack str header (fixstr, str 8, str 16), ASCII or not, beside others
+_keys = st.one_of(
+    st.text(max_size=6), st.text(alphabet="ab", min_size=28, max_size=36),
+    st.text(alphabet="ab\u00e9\u4e2d", min_size=0, max_size=40),
+    st.sampled_from(["x" * 255, "x" * 256, "y" * 256, "x" * 300, "\u00e9" * 20]),
+    st.integers(-3, 2**65), st.booleans(), st.none(), st.floats(allow_nan=False),
+    st.binary(max_size=3), st.tuples(st.integers(0, 2), st.text(max_size=2)),
+    st.text(max_size=3).map(_Text))
+_digestible = st.recursive(_leaves, lambda inner: st.one_of(
+    st.lists(inner, max_size=5), st.tuples(inner, inner),
+    st.dictionaries(_keys, inner, max_size=6),
+    st.dictionaries(st.text(alphabet="abz", max_size=40), inner, max_size=6),
+    st.sets(st.one_of(st.integers(-5, 300), st.text(max_size=40)), max_size=4),
+    st.frozensets(st.text(alphabet="ab", max_size=34), max_size=3)), max_leaves=30)
+
+
+@given(_digestible)
+def test_the_digest_gives_the_bytes_of_earlier_releases(value: Any) -> None:
+    """Derived ids stay those of earlier releases: the digest's members taken without a
+    call, its text keys ordered by length and text, its own Packer, give the same
+    digests as every member through ``_canonical`` and every key through ``packb``."""
+    assert digest(value) == _EarlierDigest().digest(value)
+
+
+@pytest.mark.parametrize("value", [
+    {"b": 1, "aa": 2, "": 3, "a" * 31: 4, "a" * 32: 5, "b" * 32: 6, "a" * 256: 7, "c" * 255: 8},
+    {"zz": {"y": [{"xxx": 1, "w": 2}]}, "a": ({"bb": 1, "c": 2},)},
+    {"a": 1, "\u00e9": 2, "b": 3}, {"ab": 1, 7: 2, "b": 3},
+])
+def test_text_keys_are_ordered_as_their_encodings(value: Any) -> None:
+    """Text keys go by length, then text, as msgpack's encodings of them sort."""
+    assert digest(value) == _EarlierDigest().digest(value)
+
+
+@pytest.mark.parametrize("value", [
+    {"ok": [1, {"deep": [object()]}]},
+    [1, "a", (2, {3: {"k": [None, object()]}})],
+    {"a": 1, (1, 2): [b"x", {frozenset({1}): object()}]},
+    {"\u00e9": [object()]},
+    {"z": [[[[[]]]]], "y": ["x" * 40, {"w": {1, 2, object}}]},
+])
+def test_a_refusal_names_the_path_of_earlier_releases(value: Any) -> None:
+    """The digest's refusal names the same path as before it took members without a call."""
+    with pytest.raises(SerializationError) as now:
+        digest(value)
+    with pytest.raises(SerializationError) as before:
+        _EarlierDigest().digest(value)
+    assert now.value.path == before.value.path != "$"
+    assert str(now.value) == str(before.value)
+
+
+def test_a_deep_value_in_a_map_is_refused_at_the_same_level() -> None:
+    """The depth limit holds where a nested list or dict goes straight to the container."""
+    limit = serde_module.MAX_DEPTH
+    for depth in (limit - 2, limit - 1, limit, limit + 1):
+        value: Any = 1
+        for i in range(depth):
+            value = {"k": value} if i % 2 else [value]
+        try:
+            expected = _EarlierDigest().digest(value)
+        except SerializationError as exc:
+            with pytest.raises(SerializationError) as info:
+                digest(value)
+            assert info.value.path == exc.path
+        else:
+            assert digest(value) == expected
+
+
 @given(st.integers(min_value=0, max_value=2**128 - 1), st.text(), st.text())
 def test_derived_ints_and_texts_are_uuids(n: int, parent: str, intent: str) -> None:
     from remit_core.ids import REMIT_NAMESPACE, derive_int, uuid_text

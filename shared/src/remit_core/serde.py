@@ -945,7 +945,7 @@ class Serde:
         values nested deeper than :data:`MAX_DEPTH`, naming the path.
         """
         try:
-            packed = msgpack.packb(self._canonical(value, 0, True), strict_types=False)
+            packed = _pack_loose(self._canonical(value, 0, True))
         except _Refused as refused:
             raise _serialization_error(refused, "value") from None
         except RecursionError:
@@ -1001,36 +1001,87 @@ class Serde:
         return self._canonical(lowered, level, check)
 
     def _canonical_container(self, value: Any, level: int, check: bool) -> Any:
+        """:meth:`_canonical` of a dict, list, tuple, set or frozenset whose members are at
+        ``level``. What :meth:`_canonical` would do for a member is done here without the
+        call where it is short: a member it returns as it is (exactly str of ASCII, int of
+        64 bits, float, bool, None, bytes) is taken, and a list or dict with room for its
+        own members goes straight to this method."""
+        canonical, container = self._canonical, self._canonical_container
+        room, inner = not (check and level >= MAX_DEPTH), level + 1
         if isinstance(value, dict):
-            items = []
-            for k, v in value.items():
-                try:
-                    items.append((self._canonical(k, level, check),
-                                  self._canonical(v, level, check)))
-                except _Refused as refused:
-                    refused.segments.append(f".{k}")
-                    raise
-            items.sort(key=_packed_key)
-            return ["#map", [list(kv) for kv in items]]
-        members = []
-        for i, v in enumerate(value):
+            pairs: list[list[Any]] = []
+            append = pairs.append
+            text_keys = True
+            k: Any = None
             try:
-                members.append(self._canonical(v, level, check))
+                for k, v in value.items():
+                    if type(k) is str and k.isascii():
+                        key = k
+                    else:
+                        key = canonical(k, level, check)
+                        text_keys = False
+                    tv = type(v)
+                    if (tv is str and v.isascii()) or (tv is int and _INT_MIN <= v <= _INT_MAX) \
+                            or v is None or tv is bool or tv is float or tv is bytes:
+                        append([key, v])
+                    elif (tv is list or tv is dict) and room:
+                        append([key, container(v, inner, check)])
+                    else:
+                        append([key, canonical(v, level, check)])
             except _Refused as refused:
-                refused.segments.append(f"[{i}]")
+                refused.segments.append(f".{k}")
                 raise
+            pairs.sort(key=_text_order if text_keys else _packed_key)
+            return ["#map", pairs]
+        members: list[Any] = []
+        keep = members.append
+        try:
+            for v in value:
+                tv = type(v)
+                if (tv is str and v.isascii()) or (tv is int and _INT_MIN <= v <= _INT_MAX) \
+                        or v is None or tv is bool or tv is float or tv is bytes:
+                    keep(v)
+                elif (tv is list or tv is dict) and room:
+                    keep(container(v, inner, check))
+                else:
+                    keep(canonical(v, level, check))
+        except _Refused as refused:
+            refused.segments.append(f"[{len(members)}]")
+            raise
         if isinstance(value, list):
             return members
         if type(value) is tuple:
             return ["#tuple", members]
-        members.sort(key=msgpack.packb)
+        members.sort(key=_pack_loose)
         return ["#set", members]
 
 
-def _packed_key(item: tuple[Any, Any]) -> bytes:
-    """A canonical map's order: its keys' encodings."""
-    packed: bytes = msgpack.packb(item[0])
+_LOOSE = threading.local()  # a Packer per thread for the digests (msgpack.packb's bytes)
+
+
+def _pack_loose(obj: Any) -> bytes:
+    """``msgpack.packb(obj)``, on this thread's Packer (packb makes one per call): a
+    subclass of str or int packs as its base. (No default hook: the pack calls no Python
+    code, so it cannot re-enter the Packer; a failed pack leaves it empty.)"""
+    try:
+        packer = _LOOSE.packer
+    except AttributeError:
+        packer = _LOOSE.packer = msgpack.Packer(strict_types=False)
+    packed: bytes = packer.pack(obj)
     return packed
+
+
+def _packed_key(pair: list[Any]) -> bytes:
+    """A canonical map's order: its keys' encodings."""
+    return _pack_loose(pair[0])
+
+
+def _text_order(pair: list[Any]) -> tuple[int, str]:
+    """:func:`_packed_key`'s order when every key is a str of ASCII: msgpack writes a
+    str's length before its bytes, in a header that grows with it (fixstr to 31, then
+    str 8, 16, 32, each length big-endian), so the encodings sort by length, then text."""
+    key: str = pair[0]
+    return len(key), key
 
 
 def _plain(value: Any) -> Any:
