@@ -117,7 +117,7 @@ def versions() -> dict[str, str]:
     for name in ("remit-core", "remit-langgraph", "remit-crewai", "remit-pydantic-graph",
                  "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite",
                  "langgraph-checkpoint-postgres", "crewai", "pydantic-graph", "psycopg",
-                 "redis"):
+                 "redis", "hiredis"):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
