@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import hashlib
 import operator
 import sys
 import types
@@ -717,13 +718,12 @@ def test_the_short_path_of_exact_json_types_digests_as_the_long_one(value: Any) 
 
 
 class _EarlierDigest(Serde):
-    """The digest as remit wrote it before its members were taken without a call: every member through ``_canonical``, each
-    map's keys ordered by ``msgpack.packb`` of the key, packed by ``msgpack.packb``. The
-    digest of today must give the same bytes (derived ids are compared across releases)."""
+    """The digest as remit wrote it before its members were taken without a call: every
+    member through ``_canonical``, each map's keys ordered by ``msgpack.packb`` of the key,
+    packed by ``msgpack.packb``. The digest of today must give the same bytes (derived ids
+    are compared across releases)."""
 
     def digest(self, value: Any) -> str:
-        import hashlib
-
         try:
             packed = msgpack.packb(self._canonical(value, 0, True), strict_types=False)
         except serde_module._Refused as refused:

@@ -138,7 +138,7 @@ def _qualname(cls: type) -> str:
     return name
 
 
-_PACKERS = threading.local()  # a Packer per thread (msgpack.packb makes one per call)
+_PACKERS = threading.local()  # Packers per thread (msgpack.packb makes one per call)
 
 
 def _pack(obj: Any) -> bytes:
@@ -148,6 +148,18 @@ def _pack(obj: Any) -> bytes:
         packer = _PACKERS.packer = msgpack.Packer(strict_types=True)
     # (no default hook: the pack calls no Python code, so it cannot re-enter this Packer;
     # a failed pack leaves it empty)
+    packed: bytes = packer.pack(obj)
+    return packed
+
+
+def _pack_loose(obj: Any) -> bytes:
+    """``msgpack.packb(obj)`` (the digests' bytes), on this thread's loose Packer: a
+    subclass of str or int packs as its base. (No default hook, as in :func:`_pack`: the
+    pack cannot re-enter the Packer, and a failed pack leaves it empty.)"""
+    try:
+        packer = _PACKERS.loose
+    except AttributeError:
+        packer = _PACKERS.loose = msgpack.Packer(strict_types=False)
     packed: bytes = packer.pack(obj)
     return packed
 
@@ -1054,21 +1066,6 @@ class Serde:
             return ["#tuple", members]
         members.sort(key=_pack_loose)
         return ["#set", members]
-
-
-_LOOSE = threading.local()  # a Packer per thread for the digests (msgpack.packb's bytes)
-
-
-def _pack_loose(obj: Any) -> bytes:
-    """``msgpack.packb(obj)``, on this thread's Packer (packb makes one per call): a
-    subclass of str or int packs as its base. (No default hook: the pack calls no Python
-    code, so it cannot re-enter the Packer; a failed pack leaves it empty.)"""
-    try:
-        packer = _LOOSE.packer
-    except AttributeError:
-        packer = _LOOSE.packer = msgpack.Packer(strict_types=False)
-    packed: bytes = packer.pack(obj)
-    return packed
 
 
 def _packed_key(pair: list[Any]) -> bytes:

@@ -624,8 +624,9 @@ class RemitSaver(BaseCheckpointSaver[str], GatedSaver):
         thread begun on a stock saver or an earlier remit goes on from its highest
         version. The random part keeps two forks of one checkpoint apart (their values
         are stored once per channel and version). 15 characters for a counter of two
-        digits, where the stock shape takes 51: LangGraph keeps a version per channel and one per node and channel it
-        has seen, so a checkpoint of a graph of many nodes is half as large.
+        digits, where the stock shape takes 51: LangGraph keeps a version per channel and
+        one per node and channel it has seen, so a checkpoint of a graph of many nodes is
+        half as large.
         """
         return next_version(current)
 
