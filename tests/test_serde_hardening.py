@@ -26,7 +26,7 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import remit_core.serde as serde_module
 from remit_core import CorruptRecord, SerializationError, derive_id
@@ -839,3 +839,101 @@ def test_derived_ints_and_texts_are_uuids(n: int, parent: str, intent: str) -> N
         return
     assert derive_int(parent, intent, [parent]) == expected.int
     assert derive_id(parent, intent, [parent]) == str(expected)
+
+
+# ====================================== the model fast paths: what they store and refuse
+
+
+class Box(BaseModel):
+    items: list[int] = []
+    tags: dict[str, str] = {}
+    note: str = ""
+
+
+class Aliased(BaseModel):
+    model_config = {"populate_by_name": True}
+    inner: Leaf = Leaf(n=1)
+    label: str = Field("x", alias="Label")
+
+
+class Stamped(BaseModel):
+    """A model with a ``model_dump`` of its own: the envelope stores what it returns."""
+    at: str
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        dumped = super().model_dump(**kwargs)
+        dumped["at"] = dumped["at"].upper()
+        return dumped
+
+
+def test_a_model_with_its_own_model_dump_is_stored_as_it_dumps() -> None:
+    serde = Serde()
+    serde.allow(Stamped)
+    back = serde.decode(serde.encode([Stamped(at="noon"), {"s": Stamped(at="dusk")}]))
+    assert back == [Stamped(at="NOON"), {"s": Stamped(at="DUSK")}]
+
+
+def test_models_store_the_bytes_of_their_model_dump() -> None:
+    """The encoder calls a model's serializer as ``model_dump`` does when the class keeps
+    pydantic's ``model_dump``: the same bytes as through ``model_dump``, in every place a
+    model can be (alone, in a list, a dict, a tuple, another model's fields)."""
+    values = [Box(items=[1, 2], tags={"a": "b"}, note="n"), Box(),
+              Aliased(inner=Leaf(n=3), Label="y"), [Box(), Aliased(), Leaf(n=2)],
+              {"k": Box(items=[3])}, (Aliased(), Box(note="t")), Stamped(at="x")]
+    serde = Serde()
+    got = [serde.encode(v) for v in values]
+    saved = serde_module._MODEL_DUMP
+    try:
+        serde_module._MODEL_DUMP = object()  # every model through its model_dump
+        assert [Serde().encode(v) for v in values] == got
+    finally:
+        serde_module._MODEL_DUMP = saved
+    serde.allow(Box, Aliased, Leaf, Stamped)
+    assert [serde.decode(g) for g in got][:-1] == values[:-1]
+
+
+def _boxed(wrappers: int, fields: dict[str, Any]) -> bytes:
+    """A crafted Box record inside ``wrappers`` plain lists (the record at that level, its
+    fields one level deeper)."""
+    record = ext(MODEL, [f"{Box.__module__}:Box", fields])
+    return b"\x01" + b"\x91" * wrappers + msgpack.packb(record, strict_types=True)
+
+
+def _outcome(serde: Serde, data: bytes) -> Any:
+    try:
+        return serde.decode(data)
+    except CorruptRecord as exc:
+        return str(exc)
+
+
+def test_a_models_fields_are_read_at_the_depth_limit_as_the_walk_reads_them() -> None:
+    """A model's fields whose lists and dicts are all empty are taken as they are (their
+    members listed once, in C); at the depth limit an empty list among them is still one
+    level too deep, as the walk of each field finds."""
+    serde = Serde()
+    serde.allow(Box)
+    field_sets = [{"items": [], "note": "n"}, {"items": [], "tags": {}}, {"note": "n"},
+                  {"items": [1]}, {"items": [], "tags": {"a": "b"}}, {},
+                  {"items": ext(TUPLE, [1, 2]), "tags": {}}]  # (a record among them)
+    outcomes = {}
+    for wrappers in range(MAX_DEPTH - 3, MAX_DEPTH + 1):
+        for i, fields in enumerate(field_sets):
+            data = _boxed(wrappers, fields)
+            fast = _outcome(serde, data)
+            saved = serde_module._LISTED_IN_C
+            try:
+                serde_module._LISTED_IN_C = False  # each field walked
+                walked = _outcome(serde, data)
+            finally:
+                serde_module._LISTED_IN_C = saved
+            assert fast == walked, (wrappers, fields)
+            outcomes[wrappers, i] = "corrupt" if isinstance(fast, str) else "read"
+    assert outcomes[MAX_DEPTH - 2, 0] == "read"
+    assert outcomes[MAX_DEPTH - 1, 0] == "corrupt"  # the empty list is one level too deep
+    assert outcomes[MAX_DEPTH - 1, 2] == "read"  # scalars only: at the limit, still read
+    assert outcomes[MAX_DEPTH, 2] == "corrupt"  # the record itself past it
+    assert serde.decode(_boxed(3, field_sets[-1])) == [[[Box(items=[1, 2])]]]
+    box: Any = Box(note="n")
+    for _ in range(MAX_DEPTH - 2):
+        box = [box]
+    assert serde.decode(serde.encode(box)) == box  # what the encoder writes there is read

@@ -473,6 +473,7 @@ def _strict_scalar(v: Any, t: type) -> Any:
 
 
 _AS_BYTES = -1
+_MODEL_DUMP: Final = BaseModel.model_dump
 _BASES: Final[dict[int, type]] = {-2: dict, -3: list, -4: str, -5: bytes, -6: float, -7: int}
 _CONTAINER_KINDS: Final = frozenset({_TUPLE, _SET, _FROZENSET, _NAMEDTUPLE, _MODEL,
                                      _DATACLASS, _ENUM})
@@ -668,7 +669,9 @@ class Serde:
                 append(x)
                 continue
             try:
-                append(self._lower(x, level, strict, canonical))
+                # (a typed value straight to its rewrite, as _lower would send it)
+                append(self._lower(x, level, strict, canonical) if tx in _PLAIN else
+                       self._lower_other(x, tx, level, strict, canonical))
             except _Refused as refused:
                 refused.segments.append(f"[{i}]")
                 raise
@@ -725,7 +728,14 @@ class Serde:
         if kind == _MODEL:
             name = _qualname(t) if canonical else self._learn(t, _MODEL)
             try:
-                data = v.model_dump(mode="python", round_trip=True, by_alias=True)
+                # the serializer pydantic's model_dump calls, without its keyword
+                # forwarding (a tenth of a message's encoding); a model_dump of the class's
+                # own is called as it is
+                model: Any = t
+                data = (model.__pydantic_serializer__.to_python(
+                            v, mode="python", round_trip=True, by_alias=True)
+                        if model.model_dump is _MODEL_DUMP
+                        else v.model_dump(mode="python", round_trip=True, by_alias=True))
             except Exception as exc:
                 raise _Refused("convert", v, f"{type(exc).__name__}: {exc}") from None
             return ext(_MODEL, _pack([name, self._lower_map(data, level + 1, strict, canonical)]))
@@ -848,6 +858,11 @@ class Serde:
         if _NESTED.isdisjoint(map(type, d.values())):
             return d
         room = level < MAX_DEPTH
+        if room and _LISTED_IN_C and not _children(*d.values()):
+            # (its lists and dicts are empty: a model's fields, mostly. A value that lists
+            # no member in C is a scalar, a leaf or an empty list or dict; a deferred
+            # record lists its class and payload)
+            return d
         for k, v in d.items():
             tv = type(v)
             if tv is list or tv is dict:
