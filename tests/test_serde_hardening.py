@@ -937,3 +937,38 @@ def test_a_models_fields_are_read_at_the_depth_limit_as_the_walk_reads_them() ->
     for _ in range(MAX_DEPTH - 2):
         box = [box]
     assert serde.decode(serde.encode(box)) == box  # what the encoder writes there is read
+
+
+TOP_LEVEL_MAPS = {
+    "scalars and empty containers": {"a": [], "b": {}, "c": 1, "d": None},
+    "lists and maps of scalars": {"a": [1, "x", 2.5], "b": {"k": None, "l": b"y"}},
+    "int keys inside": {"a": {1: "x", 2: [3]}},
+    "a record two levels down": {"a": [(1, 2)], "b": "x"},
+    "a record in a map inside": {"a": {"b": (1, 2)}},
+    "a record as a key": {(1, 2): 1, "b": [3]},
+    "a record as a key inside": {"a": {(1,): "x"}},
+    "three levels": {"a": [[1]], "b": {"c": {"d": 2}}},
+    "leaves two levels down": {"a": [dt.datetime(2026, 12, 7, 1, 2, 3), uuid.UUID(int=7)],
+                               "b": {"c": decimal.Decimal("1.5")}},
+    "models two levels down": {"a": [Leaf(n=1)], "b": {"c": Leaf(n=2)}},
+}
+
+
+@pytest.mark.parametrize("name", list(TOP_LEVEL_MAPS))
+def test_a_top_level_map_reads_back_as_the_walk_reads_it(name: str) -> None:
+    """A map of scalars, and of lists and maps of scalars, is returned as the unpack
+    made it (its members listed once, in C); one with a record anywhere in it, as a key
+    too, or three levels deep, is walked, and both read the same value."""
+    serde = Serde()
+    serde.allow(Leaf)
+    value = TOP_LEVEL_MAPS[name]
+    data = serde.encode(value)
+    fast = serde.decode(data)
+    saved = serde_module._LISTED_IN_C
+    try:
+        serde_module._LISTED_IN_C = False  # walked, level by level
+        walked = serde.decode(data)
+    finally:
+        serde_module._LISTED_IN_C = saved
+    assert fast == walked == value
+    assert repr(fast) == repr(value)  # (the same types: tuples stay tuples)

@@ -797,6 +797,9 @@ class Serde:
             # (a short value is copied: cheaper than a memoryview of it)
             obj = _unpack(raw[1:] if len(raw) < 4096 else memoryview(raw)[1:])
             t = type(obj)
+            if t is dict and _LISTED_IN_C and _NESTED.isdisjoint(map(type, obj)) and \
+                    _SCALARS.issuperset(map(type, _children(*obj.values()))):
+                return obj  # (no record in it, two levels deep at most: nothing to walk)
             if t is list or t is dict or t is _Deferred:
                 obj = self._walk(obj, 0, record)
             return obj
@@ -858,10 +861,11 @@ class Serde:
         if _NESTED.isdisjoint(map(type, d.values())):
             return d
         room = level < MAX_DEPTH
-        if room and _LISTED_IN_C and not _children(*d.values()):
-            # (its lists and dicts are empty: a model's fields, mostly. A value that lists
-            # no member in C is a scalar, a leaf or an empty list or dict; a deferred
-            # record lists its class and payload)
+        if room and _LISTED_IN_C and _SCALARS.issuperset(map(type, _children(*d.values()))):
+            # its lists and dicts hold scalars at most (a model's fields, a checkpoint's
+            # data, mostly), their members listed at once in C: a scalar or a leaf lists
+            # none, a list its items, a dict its values (and its keys, unless all are
+            # str), a deferred record its class and payload
             return d
         for k, v in d.items():
             tv = type(v)

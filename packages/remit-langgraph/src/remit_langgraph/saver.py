@@ -879,38 +879,26 @@ def _matches(metadata: Any, query: Mapping[str, Any]) -> bool:
 
 def _to_tuple(ck: StoredCheckpoint) -> CheckpointTuple:
     """A store checkpoint as LangGraph reads it: empty channels dropped, pending
-    writes in ``writes_sort_key`` order."""
-    checkpoint = cast(Checkpoint, {
+    writes in ``writes_sort_key`` order. (Built positionally: every load makes one.)"""
+    checkpoint: Any = {
         "channel_versions": dict(ck.versions),  # (stored here unless data has its own)
         **ck.data,
         "channel_values": {c: v for c, v in ck.values.items() if v is not EMPTY},
-    })
+    }
     writes = ck.writes
     if _writes_sort_key is not None and len(writes) > 1:
         key = _writes_sort_key
         writes = sorted(writes, key=lambda w: key(w.task_path, w.task_id, w.idx))
+    run_id, ns, parent_id = ck.run_id, ck.ns, ck.parent_id
+    metadata: Any = ck.metadata
     return CheckpointTuple(
-        config={
-            "configurable": {
-                "thread_id": ck.run_id,
-                "checkpoint_ns": ck.ns,
-                "checkpoint_id": ck.checkpoint_id,
-            }
-        },
-        checkpoint=checkpoint,
-        metadata=cast(CheckpointMetadata, ck.metadata),
-        parent_config=(
-            {
-                "configurable": {
-                    "thread_id": ck.run_id,
-                    "checkpoint_ns": ck.ns,
-                    "checkpoint_id": ck.parent_id,
-                }
-            }
-            if ck.parent_id
-            else None
-        ),
-        pending_writes=[(w.task_id, w.channel, w.value) for w in writes],
+        {"configurable": {"thread_id": run_id, "checkpoint_ns": ns,
+                          "checkpoint_id": ck.checkpoint_id}},
+        checkpoint,
+        metadata,
+        {"configurable": {"thread_id": run_id, "checkpoint_ns": ns,
+                          "checkpoint_id": parent_id}} if parent_id else None,
+        [(w.task_id, w.channel, w.value) for w in writes],
     )
 
 

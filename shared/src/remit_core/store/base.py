@@ -29,6 +29,7 @@ import datetime as dt
 import functools
 import logging
 import math
+import operator
 import os
 import secrets
 import socket
@@ -36,6 +37,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import chain
 from typing import Any, ClassVar, Literal, ParamSpec, Self, TypeVar
 from urllib.parse import SplitResult, urlsplit
 
@@ -84,6 +86,8 @@ from remit_core.store import chunks as _chunks
 from remit_core.store.groups import Groups
 from remit_core.store.options import Parsed, parse_options
 from remit_core.urls import mask_url, password_hint, scrub, url_secrets
+
+_value_of = operator.attrgetter("value")  # (a write's stored value)
 
 log = logging.getLogger("remit")
 
@@ -579,7 +583,7 @@ class Store(ABC):
         if found is None:
             return None
         row, blobs, writes = found
-        digests = _chunks.referenced([*blobs.values(), *(w.value for w in writes)])
+        digests = _chunks.referenced(chain(blobs.values(), map(_value_of, writes)))
         chunks = self._call(self._read_chunks, run_id, sorted(digests)) if digests else None
         return self._decode_checkpoint(row, blobs, writes, chunks)
 
@@ -1222,7 +1226,7 @@ class Store(ABC):
         wanted: dict[str, set[bytes]] = {}
         chunked: list[bool] = []
         for row, blobs, writes in found:
-            digests = _chunks.referenced([*blobs.values(), *(w.value for w in writes)])
+            digests = _chunks.referenced(chain(blobs.values(), map(_value_of, writes)))
             chunked.append(bool(digests))
             if digests:
                 wanted.setdefault(row.run_id, set()).update(digests)
@@ -1269,11 +1273,9 @@ class Store(ABC):
         except (SerializationError, CorruptRecord):
             self._name_the_undecodable(row, blobs, writes)
             raise
-        return Checkpoint(
-            run_id=row.run_id, ns=row.ns, checkpoint_id=row.checkpoint_id, seq=row.seq,
-            parent_id=row.parent_id, kind=row.kind, execution_id=row.execution_id,
-            data=data, metadata=metadata, versions=row.versions, values=values,
-            created_at=row.created_at, writes=pending)
+        return Checkpoint(  # (positional: every load makes one)
+            row.run_id, row.ns, row.checkpoint_id, row.seq, row.parent_id, row.kind,
+            row.execution_id, data, metadata, row.versions, values, row.created_at, pending)
 
     def _name_the_undecodable(self, row: CheckpointRow, blobs: Mapping[str, bytes],
                               writes: Sequence[WriteRow]) -> None:
