@@ -426,6 +426,16 @@ def _plain_ok(v: list[Any] | dict[Any, Any], room: int) -> bool:
 #: whether :data:`_children` lists members at C speed (CPython's garbage collector)
 _LISTED_IN_C: Final = _children is gc.get_referents
 
+
+def _scalars_within(d: dict[Any, Any]) -> bool:
+    """Whether the values of the unpacked map ``d`` are scalars, leaves, and lists and
+    maps of those (a model's fields, a checkpoint's data, mostly): nothing in them for the
+    decoder's walk to finish, one level below ``d``'s values at most. Their members are
+    listed at once in C: a scalar or a leaf lists none, a list its items, a map its values
+    (and its keys, unless all are str), a deferred record its class and payload. False
+    means "walk it" (a record in it, a third level, or no listing in C)."""
+    return _LISTED_IN_C and _SCALARS.issuperset(map(type, _children(*d.values())))
+
 def _plain_packed(value: list[Any] | dict[Any, Any], packed: bytes) -> bool:
     """:func:`_plain_ok` of a list or dict ``value`` at the top level, which the strict
     packer has just packed into ``packed``, answered from those bytes and a count of its
@@ -797,9 +807,8 @@ class Serde:
             # (a short value is copied: cheaper than a memoryview of it)
             obj = _unpack(raw[1:] if len(raw) < 4096 else memoryview(raw)[1:])
             t = type(obj)
-            if t is dict and _LISTED_IN_C and _NESTED.isdisjoint(map(type, obj)) and \
-                    _SCALARS.issuperset(map(type, _children(*obj.values()))):
-                return obj  # (no record in it, two levels deep at most: nothing to walk)
+            if t is dict and _NESTED.isdisjoint(map(type, obj)) and _scalars_within(obj):
+                return obj  # (its keys and values need no walk: see _walk_map)
             if t is list or t is dict or t is _Deferred:
                 obj = self._walk(obj, 0, record)
             return obj
@@ -861,11 +870,7 @@ class Serde:
         if _NESTED.isdisjoint(map(type, d.values())):
             return d
         room = level < MAX_DEPTH
-        if room and _LISTED_IN_C and _SCALARS.issuperset(map(type, _children(*d.values()))):
-            # its lists and dicts hold scalars at most (a model's fields, a checkpoint's
-            # data, mostly), their members listed at once in C: a scalar or a leaf lists
-            # none, a list its items, a dict its values (and its keys, unless all are
-            # str), a deferred record its class and payload
+        if room and _scalars_within(d):
             return d
         for k, v in d.items():
             tv = type(v)

@@ -67,7 +67,7 @@ def referenced(values: Iterable[bytes]) -> set[bytes]:
     """Every digest named by the manifests among ``values``."""
     out: set[bytes] = set()
     for value in values:
-        if value[:2] == MAGIC:  # (is_manifest, inline: every read asks it of every value)
+        if is_manifest(value):
             out.update(digests(value))
     return out
 
