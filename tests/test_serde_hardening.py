@@ -939,6 +939,13 @@ def test_a_models_fields_are_read_at_the_depth_limit_as_the_walk_reads_them() ->
     assert serde.decode(serde.encode(box)) == box  # what the encoder writes there is read
 
 
+class Pairs(BaseModel):
+    """A model whose fields hold records: a map with tuples as keys, a tuple."""
+    by: dict[tuple[int, int], str]
+    at: tuple[int, int] | None = None
+    n: int = 0
+
+
 TOP_LEVEL_MAPS = {
     "scalars and empty containers": {"a": [], "b": {}, "c": 1, "d": None},
     "lists and maps of scalars": {"a": [1, "x", 2.5], "b": {"k": None, "l": b"y"}},
@@ -951,6 +958,8 @@ TOP_LEVEL_MAPS = {
     "leaves two levels down": {"a": [dt.datetime(2026, 12, 7, 1, 2, 3), uuid.UUID(int=7)],
                                "b": {"c": decimal.Decimal("1.5")}},
     "models two levels down": {"a": [Leaf(n=1)], "b": {"c": Leaf(n=2)}},
+    "a model with records as keys in a field": {"a": Pairs(by={(1, 2): "x"}, n=3)},
+    "a model with a record as a field": {"a": Pairs(by={}, at=(4, 5))},
 }
 
 
@@ -961,6 +970,7 @@ def test_a_top_level_map_reads_back_as_the_walk_reads_it(name: str) -> None:
     too, or three levels deep, is walked, and both read the same value."""
     serde = Serde()
     serde.allow(Leaf)
+    serde.allow(Pairs)
     value = TOP_LEVEL_MAPS[name]
     data = serde.encode(value)
     fast = serde.decode(data)

@@ -220,15 +220,12 @@ class _TooDeep(Exception):
     """Raised inside the decoder when stored bytes nest deeper than MAX_DEPTH."""
 
 
-class _Deferred:
+class _Deferred(tuple[int, bytes]):
     """An ext record whose payload is itself msgpack, decoded later by the walk (not
-    from inside the unpack that found it)."""
+    from inside the unpack that found it): ``(code, payload)``, a tuple of its own type,
+    made in C. (Lists the class among its members, as any instance of a Python class.)"""
 
-    __slots__ = ("code", "payload")
-
-    def __init__(self, code: int, payload: bytes) -> None:
-        self.code = code
-        self.payload = payload
+    __slots__ = ()
 
 
 _NESTED: Final = frozenset({list, dict, _Deferred})
@@ -300,7 +297,7 @@ _LEAVES: Final[dict[int, Callable[[bytes], Any]]] = {
 def _ext_hook(code: int, payload: bytes) -> Any:
     """msgpack's hook: leaves are decoded here; records holding msgpack are deferred."""
     if code in _COMPOSITE:
-        return _Deferred(code, payload)
+        return _Deferred((code, payload))
     leaf = _LEAVES.get(code)
     if leaf is None:
         raise ValueError(f"unknown ext tag {code}")
@@ -427,14 +424,17 @@ def _plain_ok(v: list[Any] | dict[Any, Any], room: int) -> bool:
 _LISTED_IN_C: Final = _children is gc.get_referents
 
 
-def _scalars_within(d: dict[Any, Any]) -> bool:
-    """Whether the values of the unpacked map ``d`` are scalars, leaves, and lists and
-    maps of those (a model's fields, a checkpoint's data, mostly): nothing in them for the
-    decoder's walk to finish, one level below ``d``'s values at most. Their members are
-    listed at once in C: a scalar or a leaf lists none, a list its items, a map its values
-    (and its keys, unless all are str), a deferred record its class and payload. False
-    means "walk it" (a record in it, a third level, or no listing in C)."""
-    return _LISTED_IN_C and _SCALARS.issuperset(map(type, _children(*d.values())))
+def _settled(d: dict[Any, Any]) -> bool:
+    """Whether the unpacked map ``d`` holds nothing for the decoder's walk to finish: its
+    keys are not records, and its values are scalars, leaves, and lists and maps of those
+    (a model's fields, a checkpoint's data, mostly), one level below ``d``'s values at
+    most. Listed in C, twice: ``d`` lists its values (and its keys, unless all are str),
+    and those list their members: a scalar or a leaf lists none, a list its items, a map
+    its values (and keys), a deferred record its class and payload. Only scalars among the
+    members: nothing to walk. False means "walk it" (a record as a key or a value or in
+    one, a third level, or no listing in C)."""
+    return _LISTED_IN_C and _SCALARS.issuperset(map(type, _children(*_children(d))))
+
 
 def _plain_packed(value: list[Any] | dict[Any, Any], packed: bytes) -> bool:
     """:func:`_plain_ok` of a list or dict ``value`` at the top level, which the strict
@@ -807,7 +807,7 @@ class Serde:
             # (a short value is copied: cheaper than a memoryview of it)
             obj = _unpack(raw[1:] if len(raw) < 4096 else memoryview(raw)[1:])
             t = type(obj)
-            if t is dict and _NESTED.isdisjoint(map(type, obj)) and _scalars_within(obj):
+            if t is dict and _settled(obj):
                 return obj  # (its keys and values need no walk: see _walk_map)
             if t is list or t is dict or t is _Deferred:
                 obj = self._walk(obj, 0, record)
@@ -859,6 +859,9 @@ class Serde:
                 items[i] = self._typed(x, level, record)
 
     def _walk_map(self, d: dict[Any, Any], level: int, record: str) -> dict[Any, Any]:
+        room = level < MAX_DEPTH
+        if room and _settled(d):
+            return d
         if not _NESTED.isdisjoint(map(type, d)):  # a deferred key (a tuple, a frozenset...)
             out: dict[Any, Any] = {}
             for k, v in d.items():
@@ -868,9 +871,6 @@ class Serde:
                     tv is _Deferred else v
             return out
         if _NESTED.isdisjoint(map(type, d.values())):
-            return d
-        room = level < MAX_DEPTH
-        if room and _scalars_within(d):
             return d
         for k, v in d.items():
             tv = type(v)
@@ -882,16 +882,16 @@ class Serde:
         return d
 
     def _typed(self, deferred: _Deferred, level: int, record: str) -> Any:
-        code = deferred.code
+        code, payload = deferred
         if code == _TIMEDELTA:
-            days, seconds, micros = msgpack.unpackb(deferred.payload, timestamp=3)
+            days, seconds, micros = msgpack.unpackb(payload, timestamp=3)
             if not all(type(n) is int for n in (days, seconds, micros)):
                 raise ValueError("malformed timedelta")
             return dt.timedelta(days=days, seconds=seconds, microseconds=micros)
         if level >= MAX_DEPTH:
             raise _TooDeep
         # a new unpack, called from this loop: never nested inside the unpack that found it
-        inner = _unpack(deferred.payload)
+        inner = _unpack(payload)
         if code in (_TUPLE, _SET, _FROZENSET):
             if type(inner) is not list:
                 raise ValueError(f"malformed ext record (tag {code})")
