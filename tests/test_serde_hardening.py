@@ -939,6 +939,30 @@ def test_a_models_fields_are_read_at_the_depth_limit_as_the_walk_reads_them() ->
     assert serde.decode(serde.encode(box)) == box  # what the encoder writes there is read
 
 
+@pytest.mark.parametrize("fields", [{}, {"items": [3]}, {"tags": {"a": "b"}}])
+def test_a_model_near_the_depth_limit_is_stored_only_as_it_reads_back(
+        fields: dict[str, Any]) -> None:
+    """A model's fields kept as they are (scalars, empty lists and maps) are kept so only
+    while they have room below them: around the depth limit, a model whose fields hold
+    empty or short lists and maps is either refused or read back equal."""
+    serde = Serde()
+    serde.allow(Box)
+    stored = refused = 0
+    for depth in range(MAX_DEPTH - 3, MAX_DEPTH + 2):
+        value: Any = Box(**fields)
+        for _ in range(depth):
+            value = [value]
+        try:
+            data = serde.encode(value)
+        except SerializationError as err:
+            assert "nests deeper" in str(err)
+            refused += 1
+            continue
+        assert serde.decode(data) == value
+        stored += 1
+    assert stored and refused  # (both sides of the limit were tried)
+
+
 class Pairs(BaseModel):
     """A model whose fields hold records: a map with tuples as keys, a tuple."""
     by: dict[tuple[int, int], str]

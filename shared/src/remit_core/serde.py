@@ -691,14 +691,14 @@ class Serde:
                    canonical: bool) -> dict[Any, Any]:
         """A dict whose keys and values are at ``level`` (a dict's, a model's fields)."""
         room = level < MAX_DEPTH
-        if not strict and _SCALARS.issuperset(map(type, d)):
-            # as it is when every value is a scalar or an empty list or dict (a model's
-            # fields, mostly)
-            for x in d.values():
-                tx = type(x)
-                if tx not in _SCALARS and not ((tx is list or tx is dict) and room and not x):
-                    break
-            else:
+        if not strict and _LISTED_IN_C:
+            # as it is when every key is a scalar and every value a scalar or an empty
+            # list or dict (a model's fields, mostly): the map's members (its values, and
+            # its keys unless all are str) and theirs listed in C, where a scalar lists
+            # none, nor does an empty list or dict (elsewhere the loop below keeps them)
+            members = _children(d)
+            if (_PLAIN if room else _SCALARS).issuperset(map(type, members)) and \
+                    not _children(*members):
                 return d
         out: dict[Any, Any] = {}
         for k, x in d.items():
