@@ -653,6 +653,40 @@ def test_channel_without_value_reads_back_absent(saver: RemitSaver) -> None:
     assert tup.checkpoint["channel_versions"] == {"a": "1", "gone": "1"}
 
 
+def test_a_channel_a_step_empties_stores_its_version_and_no_value(
+        saver: RemitSaver, store: Store) -> None:
+    config = cfg()
+    thread = config["configurable"]["thread_id"]
+    assert linear_graph(saver).invoke({"items": [], "count": 1}, config)["count"] == 30
+    checkpoints = list(store.list_checkpoints(thread))
+    emptied = {ch for ck in checkpoints for ch in ck.versions if ch not in ck.values}
+    assert {"branch:to:a", "branch:to:b", "branch:to:c"} <= emptied  # each node's trigger
+    assert all(v is not EMPTY for ck in checkpoints for v in ck.values.values())
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    assert latest.checkpoint["channel_values"] == {"items": ["a", "b", "c"], "count": 30}
+    assert set(latest.checkpoint["channel_versions"]) >= emptied
+
+
+def test_a_no_value_marker_stored_before_reads_as_no_value(saver: RemitSaver,
+                                                           store: Store) -> None:
+    thread = uuid.uuid4().hex
+    checkpoint_id = str(uuid.uuid4())
+    # as a checkpoint was written before: the emptied channel's version with EMPTY stored
+    store.put_checkpoint(thread, checkpoint_id, data={"v": 4, "ts": "2026-12-07T00:00:00",
+                                                     "id": checkpoint_id,
+                                                     "versions_seen": {},
+                                                     "updated_channels": None},
+                         metadata={"source": "loop", "step": 0},
+                         new_values={"a": ("1", 1), "gone": ("1", EMPTY)})
+    assert store.get_checkpoint(thread, checkpoint_id).values["gone"] is EMPTY
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    tup = saver.get_tuple(config)
+    assert tup is not None
+    assert tup.checkpoint["channel_values"] == {"a": 1}
+    assert tup.checkpoint["channel_versions"] == {"a": "1", "gone": "1"}
+
+
 def test_next_version_is_ordered_and_unique(saver: RemitSaver) -> None:
     first = saver.get_next_version(None, None)
     again = saver.get_next_version(None, None)

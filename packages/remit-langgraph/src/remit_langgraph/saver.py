@@ -857,9 +857,13 @@ def _written(values: Mapping[str, Any], new_versions: ChannelVersions) -> dict[s
 
 def _new_values(values: Mapping[str, Any], new_versions: ChannelVersions
                 ) -> dict[str, tuple[str, Any]]:
-    """``put_checkpoint``'s ``new_values``: each written channel's version and value."""
-    return {ch: (str(version), storable(values[ch]) if ch in values else EMPTY)
-            for ch, version in new_versions.items()}
+    """``put_checkpoint``'s ``new_values``: each written channel's version and value. A
+    channel with a new version and no value (a node's trigger once it ran) stores nothing
+    but that version in the checkpoint's map, as LangGraph's savers store it: a version
+    with no value behind it reads as no value (records written as :data:`EMPTY` before
+    read the same way)."""
+    return {ch: (str(version), storable(values[ch]))
+            for ch, version in new_versions.items() if ch in values}
 
 
 def _stored_data(checkpoint: Checkpoint) -> dict[str, Any]:
