@@ -300,7 +300,35 @@ def item2(backends: list[str]) -> list[Row]:
                 "2", f"get_tuple flatness: time at {last:,} / time at {first}", backend,
                 f"{flat:.2f}x", f"{stock_flat:.2f}x", None, "≤ 1.5x", flat <= 1.5,
                 f"median of {n} x {calls} calls"))
+            rows.append(_graph_read(pair, backend, calls, n))
     return rows
+
+
+GRAPH_NODES = 10
+
+
+def _graph_read(pair: dict[str, Any], backend: str, calls: int, n: int) -> Row:
+    """``get_tuple`` of the checkpoint a graph leaves: a linear graph of GRAPH_NODES
+    nodes, invoked once on each side. Its checkpoint holds a version of every channel
+    LangGraph made (the input, the two state keys and each node's trigger), most of them
+    with no value after the run, where the histories above hold two."""
+    config = {"configurable": {"thread_id": "graph", "checkpoint_ns": ""}}
+    for k in ("remit", "stock"):
+        linear_graph(Small, GRAPH_NODES).compile(checkpointer=pair[k]).invoke(
+            {"count": 0, "label": "bench"}, config)
+        found = pair[k].get_tuple(config)
+        assert found is not None and found.checkpoint["channel_values"] == {
+            "count": GRAPH_NODES, "label": "bench"}, (k, found)
+        per_call(functools.partial(pair[k].get_tuple, config), 20)  # warm-up
+    versions = len(pair["remit"].get_tuple(config).checkpoint["channel_versions"])
+    got = compare({k: functools.partial(per_call, functools.partial(pair[k].get_tuple, config),
+                                        calls) for k in ("remit", "stock")}, n)
+    return Row(
+        "2", f"get_tuple (latest) of a {GRAPH_NODES}-node graph's checkpoint", backend,
+        us(got["remit"]), us(got["stock"]), got["remit"] / got["stock"], "(no target)", None,
+        f"a linear graph invoked once: {versions} channel versions, 2 of them with a value; "
+        f"median of {n} x {calls} calls",
+        raw={"remit_s": got["remit"], "stock_s": got["stock"]})
 
 
 def _build_all(pair: dict[str, Any], lengths: tuple[int, ...]) -> float:
