@@ -192,51 +192,6 @@ def test_registered_types() -> None:
         Serde().decode(s.encode(Money(1)))
 
 
-class _Marker:
-    __slots__ = ()
-
-
-def test_a_constant_reads_back_as_itself_from_the_bytes_register_gives(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    marker = _Marker()
-    by_register, by_constant = Serde(), Serde()
-    by_register.register(_Marker, lambda _: None, lambda _: marker, name="test:marker")
-    by_constant.register_constant(marker, name="test:marker")
-    stored = by_register.encode(marker)
-    # one record either way: a store written before reads back the same, and after
-    assert by_constant.encode(marker) == stored
-    assert by_constant.decode(stored) is marker and by_register.decode(stored) is marker
-    assert by_constant.decode(bytearray(stored)) is marker
-    assert by_constant.lenient().decode(memoryview(stored)) is marker
-    # inside other values it is the registered type it always was
-    assert by_constant.decode(by_constant.encode({"a": [marker]})) == {"a": [marker]}
-    # bytes that are not exactly the record decode (or are refused) as before
-    for damaged in (stored[:-1], stored + b"\xc0"):
-        with pytest.raises(CorruptRecord):
-            by_constant.decode(damaged)
-
-    def no_walk(*args: Any) -> Any:
-        raise AssertionError("walked")
-
-    monkeypatch.setattr(Serde, "_walk", no_walk)
-    assert by_constant.decode(stored) is marker  # read without the walk
-    with pytest.raises(CorruptRecord, match="walked"):
-        by_register.decode(stored)
-    assert by_constant.decode(by_constant.encode("test:marker")) == "test:marker"
-
-
-def test_a_constant_must_be_an_instance_of_its_own_short_named_class() -> None:
-    s = Serde()
-    for value in (None, 0, "x", (), object()):
-        with pytest.raises(ValueError, match="a class of its own"):
-            s.register_constant(value, name="test:bad")
-    with pytest.raises(ValueError, match="more than 64"):
-        s.register_constant(_Marker(), name="test:" + "m" * 60)
-    assert s.decode(s.encode({"k": 1})) == {"k": 1}  # (nothing half-registered)
-    with pytest.raises(SerializationError):
-        s.encode(_Marker())
-
-
 def test_digest_is_canonical() -> None:
     assert digest({"a": 1, "b": [1, {"c": 2, "d": 3}]}) == digest({"b": [1, {"d": 3, "c": 2}], "a": 1})
     assert digest({1, 2, 3}) == digest({3, 2, 1})

@@ -520,12 +520,6 @@ def _kind_of(t: type) -> int | None:
     return None
 
 
-_CONSTANT_MAX: Final = 64
-"""The longest record of a constant (:meth:`Serde.register_constant`), in bytes: only a
-stored value this short is looked up among them."""
-_NOT_CONSTANT: Final = object()
-
-
 class Serde:
     """Encoder/decoder for stored values. Inject one into a store to extend it.
 
@@ -541,7 +535,6 @@ class Serde:
         self._by_type: dict[type, tuple[str, Callable[[Any], Any]]] = {}
         self._by_name: dict[str, Callable[[Any], Any]] = {}
         self._classes: dict[str, tuple[type, int]] = {}  # allowed: name -> (class, tag)
-        self._constants: dict[bytes, Any] = {}  # a constant's stored record -> the constant
 
     def lenient(self) -> Serde:
         """This envelope (its registrations, now and later), decoding a value of a type this
@@ -574,28 +567,6 @@ class Serde:
         key = name or _qualname(cls)
         self._by_type[cls] = (key, to_data)
         self._by_name[key] = from_data
-
-    def register_constant(self, value: Any, *, name: str) -> None:
-        """Teach the envelope a sentinel: the one instance of a class of its own (a marker
-        such as "this channel has no value"), stored under ``name`` with no data and read
-        back as ``value`` itself.
-
-        The stored bytes are those :meth:`register` gives for the class with ``to_data``
-        returning None and ``from_data`` returning ``value`` (so records written either
-        way read back the same); a read of exactly those bytes returns ``value`` without
-        decoding them. Raises ``ValueError`` for a value of a built-in type, or for a name
-        whose record would take more than 64 bytes.
-        """
-        cls = type(value)
-        if cls in _PLAIN or cls.__module__ == "builtins":
-            raise ValueError(f"register_constant takes an instance of a class of its own, "
-                             f"not a {cls.__name__}")
-        record = _HEADER + _pack(_ext(_REGISTERED, _pack([name, None])))
-        if len(record) > _CONSTANT_MAX:
-            raise ValueError(f"the record of constant {name!r} would take {len(record)} "
-                             f"bytes, more than {_CONSTANT_MAX}: give it a shorter name")
-        self.register(cls, lambda _: None, lambda _: value, name=name)
-        self._constants[record] = value
 
     def allow(self, *classes: type) -> None:
         """Allow decoding instances of ``classes`` (pydantic models, dataclasses, enums,
@@ -824,10 +795,6 @@ class Serde:
         """Decode stored bytes; raise :class:`CorruptRecord` naming ``record`` if they are bad
         (:class:`~remit_core.errors.UnregisteredType` if they name a type not allowed here)."""
         raw = data if type(data) is bytes else bytes(data)
-        if len(raw) <= _CONSTANT_MAX:  # (a constant's record, at the cost of one lookup)
-            constant = self._constants.get(raw, _NOT_CONSTANT)
-            if constant is not _NOT_CONSTANT:
-                return constant
         if not raw or raw[0] != FORMAT_VERSION:
             head = raw[:1].hex() or "empty"
             raise CorruptRecord(

@@ -158,7 +158,7 @@ def register_types(serde: Serde) -> None:
     serde.register(Send, _send_to_data, _send_from_data, name="langgraph:Send")
     serde.register(Interrupt, _interrupt_to_data, _interrupt_from_data, name="langgraph:Interrupt")
     serde.register(Command, _command_to_data, _command_from_data, name="langgraph:Command")
-    serde.register_constant(EMPTY, name="remit_langgraph:empty")
+    serde.register(_Empty, lambda _: None, lambda _: EMPTY, name="remit_langgraph:empty")
     serde.register(_ErrorRecord, lambda r: [r.type_name, r.message, r.args], _old_error,
                    name="remit_langgraph:error")
     serde.allow(*_allowed_classes())
