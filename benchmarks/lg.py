@@ -279,11 +279,7 @@ def item2(backends: list[str]) -> list[Row]:
                     found = pair[k].get_tuple(config)
                     assert found is not None and found.checkpoint["channel_values"]["count"] \
                         == length - 1 and found.pending_writes, (k, length)
-                    per_call(functools.partial(pair[k].get_tuple, config), 20)  # warm-up
-                sides: dict[str, Callable[[], float]] = {
-                    k: functools.partial(per_call, functools.partial(pair[k].get_tuple, config),
-                                         calls) for k in ("remit", "stock")}
-                got[length] = compare(sides, n)
+                got[length] = _time_reads(pair, config, calls, n)
             first, last = lengths[0], lengths[-1]
             for length in lengths:
                 ratio = got[length]["remit"] / got[length]["stock"]
@@ -313,22 +309,33 @@ def _graph_read(pair: dict[str, Any], backend: str, calls: int, n: int) -> Row:
     LangGraph made (the input, the two state keys and each node's trigger), most of them
     with no value after the run, where the histories above hold two."""
     config = {"configurable": {"thread_id": "graph", "checkpoint_ns": ""}}
+    shapes = set()
     for k in ("remit", "stock"):
         linear_graph(Small, GRAPH_NODES).compile(checkpointer=pair[k]).invoke(
             {"count": 0, "label": "bench"}, config)
         found = pair[k].get_tuple(config)
         assert found is not None and found.checkpoint["channel_values"] == {
             "count": GRAPH_NODES, "label": "bench"}, (k, found)
-        per_call(functools.partial(pair[k].get_tuple, config), 20)  # warm-up
-    versions = len(pair["remit"].get_tuple(config).checkpoint["channel_versions"])
-    got = compare({k: functools.partial(per_call, functools.partial(pair[k].get_tuple, config),
-                                        calls) for k in ("remit", "stock")}, n)
+        shapes.add((len(found.checkpoint["channel_versions"]),
+                    len(found.checkpoint["channel_values"])))
+    (versions, valued), = shapes  # (the same checkpoint on both sides)
+    got = _time_reads(pair, config, calls, n)
     return Row(
         "2", f"get_tuple (latest) of a {GRAPH_NODES}-node graph's checkpoint", backend,
         us(got["remit"]), us(got["stock"]), got["remit"] / got["stock"], "(no target)", None,
-        f"a linear graph invoked once: {versions} channel versions, 2 of them with a value; "
-        f"median of {n} x {calls} calls",
+        f"a linear graph invoked once: {versions} channel versions, {valued} of them with a "
+        f"value; median of {n} x {calls} calls",
         raw={"remit_s": got["remit"], "stock_s": got["stock"]})
+
+
+def _time_reads(pair: dict[str, Any], config: Any, calls: int, n: int) -> dict[str, float]:
+    """Seconds a ``get_tuple(config)`` on each side, after a warm-up (see :func:`compare`)."""
+    sides: dict[str, Callable[[], float]] = {}
+    for k in ("remit", "stock"):
+        read = functools.partial(pair[k].get_tuple, config)
+        per_call(read, 20)  # warm-up
+        sides[k] = functools.partial(per_call, read, calls)
+    return compare(sides, n)
 
 
 def _build_all(pair: dict[str, Any], lengths: tuple[int, ...]) -> float:
