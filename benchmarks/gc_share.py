@@ -67,7 +67,7 @@ class _Collections:
     """Seconds spent in, and count of, the collections of each generation."""
 
     def __init__(self) -> None:
-        self.spent: collections.Counter[int] = collections.Counter()
+        self.spent: collections.defaultdict[int, float] = collections.defaultdict(float)
         self.count: collections.Counter[int] = collections.Counter()
         self._t0 = 0.0
 
@@ -118,6 +118,7 @@ async def _waves(url: str, stock_search_path: str, n: int) -> dict[str, dict[str
                 for r in range(n):
                     for k in graphs if r % 2 == 0 else list(reversed(graphs)):
                         side = got[f"{k}/{mode}"]
+                        gc.collect()  # (as item 3: each wave from a full collection)
                         seen.reset()
                         c0 = time.process_time()
                         rate, lag, _ = await wave(graphs[k], RUNS)
