@@ -97,6 +97,12 @@ async def _ticker(lags: list[float], stop: asyncio.Event) -> None:
         lags.append(time.perf_counter() - t0 - TICK)
 
 
+def _collect(retries: _Retries, full_gc: _FullGC) -> None:
+    """A full collection between two waves, counted for no side."""
+    retries.side = full_gc.side = "between waves"
+    gc.collect()
+
+
 def _p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
@@ -180,8 +186,8 @@ async def _measure(urls: dict[str, str], stock_search_path: str, n: int,
             retries.side = full_gc.side = "warm-up"
             for g in graphs.values():  # warm-up: tables, caches, the pools' connections
                 await wave(g, runs)
-            # Each timed wave starts from a full collection, made before the side is named
-            # (so not counted among its pauses): the collector's thresholds count what every
+            # Each timed wave starts from a full collection, counted for no side (so not
+            # among any side's pauses): the collector's thresholds count what every
             # side allocated, and without it a full collection lands in whichever wave
             # crosses them, so that a side pays for the garbage the waves before it left.
             peak = max(peak, await _pg_clients())
@@ -189,7 +195,7 @@ async def _measure(urls: dict[str, str], stock_search_path: str, n: int,
                 k: {"rate": [], "lag": [], "ticks": []} for k in names}
             for r in range(n):
                 for k in names if r % 2 == 0 else list(reversed(names)):
-                    gc.collect()
+                    _collect(retries, full_gc)
                     retries.side = full_gc.side = f"{k}@{runs}"
                     rate, lag, ticks = await wave(graphs[k], runs)
                     samples[k]["rate"].append(rate)
@@ -201,7 +207,7 @@ async def _measure(urls: dict[str, str], stock_search_path: str, n: int,
                 samples[k]["paced_lag"], samples[k]["paced_ticks"] = [], []
             for r in range(n):
                 for k in names if r % 2 == 0 else list(reversed(names)):
-                    gc.collect()
+                    _collect(retries, full_gc)
                     retries.side = full_gc.side = f"{k}@{runs}/paced"
                     _, lag, ticks = await wave(graphs[k], runs, rate)
                     samples[k]["paced_lag"].append(lag)
