@@ -7,11 +7,13 @@ Not a target row: a profile of why the event loop lags while 64 runs share it. T
    collection walks is mostly what the imports made.
 2. Item 3's closed waves (64 ``ainvoke`` of the 10-step graph, started together, on one
    event loop; :func:`lg_async.wave`) on RemitSaver (PostgreSQL), ``AsyncPostgresSaver``
-   and the checkpointer that stores nothing, the sides in alternating order, first as the
-   process is, then after ``gc.collect(); gc.freeze()`` (which moves every object alive
-   then out of all later collections; ``gc.unfreeze()`` after). Per side: runs/s, the lag
-   p99, the process's CPU per step, and the time spent in collections of each generation
-   (``gc.callbacks``), per wave.
+   and the checkpointer that stores nothing, each side's waves one after another from one
+   full collection (so that the collections a side meets are those its own garbage brings
+   on, as in a process that serves only it), first as the process is, then after
+   ``gc.collect(); gc.freeze()`` (which moves every object alive then out of all later
+   collections; ``gc.unfreeze()`` after). Per side: runs/s and the lag p99 (medians of the
+   waves), the process's CPU per step, and the collections of each generation and the
+   time spent in them (``gc.callbacks``), a wave on average.
 
 ``uv run python benchmarks/gc_share.py [--quick]``
 """
@@ -115,10 +117,15 @@ async def _waves(url: str, stock_search_path: str, n: int) -> dict[str, dict[str
                 for k in graphs:
                     got[f"{k}/{mode}"] = {"rate": [], "lag": [], "cpu": [], "spent": [],
                                           "count": [], "frozen": frozen}
-                for r in range(n):
-                    for k in graphs if r % 2 == 0 else list(reversed(graphs)):
-                        side = got[f"{k}/{mode}"]
-                        gc.collect()  # (as item 3: each wave from a full collection)
+                # each side's waves one after the other, from one full collection: the
+                # collections a side meets are those its own garbage brings on, as in a
+                # process that serves only it (item 3 alternates the sides instead, each
+                # wave from a full collection, and so meets none that several waves'
+                # garbage brings on)
+                for k in graphs:
+                    side = got[f"{k}/{mode}"]
+                    gc.collect()
+                    for _ in range(n):
                         seen.reset()
                         c0 = time.process_time()
                         rate, lag, _ = await wave(graphs[k], RUNS)
@@ -143,12 +150,11 @@ def main() -> None:
     if not pg_available():
         print("\n(PostgreSQL is not reachable: the waves were not run)")
         return
-    n = reps(6, 2)
+    n = reps(8, 3)
     with pg_schema("gcremit") as remit_schema, pg_schema("gcstock") as stock_schema:
         got = asyncio.run(_waves(pg_url(schema=remit_schema) + f"&pool_max={POOL}",
                                  stock_schema, n))
-    print(f"\n## {RUNS} concurrent ainvoke of the {STEPS}-step graph, medians of {n} waves "
-          "a side\n")
+    print(f"\n## {RUNS} concurrent ainvoke of the {STEPS}-step graph, {n} waves a side\n")
     print("| side | heap | runs/s | lag p99 | CPU a step | collections a wave (gen 0 / 1 / 2) "
           "| time in them a wave (gen 0 / 1 / 2) | share of the wave's CPU |")
     print("|---|---|---|---|---|---|---|---|")
@@ -157,13 +163,13 @@ def main() -> None:
     for key, side in got.items():
         k, mode = key.split("/")
         med = statistics.median
-        counts = [med(c.get(g, 0) for c in side["count"]) for g in range(3)]
-        spent = [med(s.get(g, 0.0) for s in side["spent"]) for g in range(3)]
+        counts = [statistics.fmean(c.get(g, 0) for c in side["count"]) for g in range(3)]
+        spent = [statistics.fmean(s.get(g, 0.0) for s in side["spent"]) for g in range(3)]
         shares = [sum(s.values()) / (c * RUNS * STEPS)
                   for s, c in zip(side["spent"], side["cpu"], strict=True)]
         heap = "as is" if mode == "as is" else f"frozen ({side['frozen']:,} objects)"
         print(f"| {names[k]} | {heap} | {med(side['rate']):.0f} | {med(side['lag']) * 1e3:.2f} ms "
-              f"| {med(side['cpu']) * 1e6:.0f} µs | {' / '.join(f'{c:g}' for c in counts)} "
+              f"| {med(side['cpu']) * 1e6:.0f} µs | {' / '.join(f'{c:.2g}' for c in counts)} "
               f"| {' / '.join(f'{s * 1e3:.0f}' for s in spent)} ms | {med(shares):.0%} |")
 
 
