@@ -33,7 +33,7 @@ from typing import Any
 import _bench
 from _bench import null_saver, pg_available, pg_schema, pg_url, reps
 from lg import Small, linear_graph
-from lg_async import POOL, STEPS, wave
+from lg_async import POOL, STEPS, stock_saver, wave
 
 from remit_langgraph import RemitSaver
 
@@ -86,23 +86,13 @@ class _Collections:
 
 
 async def _waves(url: str, stock_search_path: str, n: int) -> dict[str, dict[str, Any]]:
-    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-    from psycopg.rows import dict_row
-    from psycopg_pool import AsyncConnectionPool
-
     builder = linear_graph(Small, STEPS, asynchronous=True)
     seen = _Collections()
     gc.callbacks.append(seen)
     got: dict[str, dict[str, Any]] = {}
     try:
         async with contextlib.AsyncExitStack() as stack:
-            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                pg_url(search_path=stock_search_path), min_size=1, max_size=POOL, open=False,
-                kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
-            await pool.open(wait=True)
-            stack.push_async_callback(pool.close)
-            stock = AsyncPostgresSaver(conn=pool)
-            await stock.setup()
+            stock = await stock_saver(stack, stock_search_path)
             saver = await stack.enter_async_context(RemitSaver.from_conn_string(url))
             graphs = {"remit": builder.compile(checkpointer=saver),
                       "stock": builder.compile(checkpointer=stock),

@@ -158,21 +158,28 @@ async def _pg_clients() -> int:
         return int(row[0]) if row else -1
 
 
-async def _measure(urls: dict[str, str], stock_search_path: str, n: int,
-                   retries: _Retries, full_gc: _FullGC) -> dict[str, Any]:
+async def stock_saver(stack: contextlib.AsyncExitStack, search_path: str) -> Any:
+    """LangGraph's ``AsyncPostgresSaver`` on an ``AsyncConnectionPool`` of at most POOL
+    connections, set up in the schema ``search_path``; the pool closes with ``stack``."""
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
     from psycopg.rows import dict_row
     from psycopg_pool import AsyncConnectionPool
 
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        pg_url(search_path=search_path), min_size=1, max_size=POOL, open=False,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
+    await pool.open(wait=True)
+    stack.push_async_callback(pool.close)
+    stock = AsyncPostgresSaver(conn=pool)
+    await stock.setup()
+    return stock
+
+
+async def _measure(urls: dict[str, str], stock_search_path: str, n: int,
+                   retries: _Retries, full_gc: _FullGC) -> dict[str, Any]:
     builder = linear_graph(Small, STEPS, asynchronous=True)
     async with contextlib.AsyncExitStack() as stack:
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            pg_url(search_path=stock_search_path), min_size=1, max_size=POOL, open=False,
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
-        await pool.open(wait=True)
-        stack.push_async_callback(pool.close)
-        stock = AsyncPostgresSaver(conn=pool)
-        await stock.setup()
+        stock = await stock_saver(stack, stock_search_path)
         graphs = {"stock": builder.compile(checkpointer=stock)}
         for backend, url in urls.items():
             saver = await stack.enter_async_context(RemitSaver.from_conn_string(url))
