@@ -7,11 +7,10 @@ rows). Measured: runs per second (the wave's runs / its wall time) and the event
 lag while the wave runs: a ticker task sleeps 1 ms, again and again, and records how much
 later than asked it wakes; the row gives that lag's p99 over the wave.
 
-Each timed wave starts from a full collection (``gc.collect()``, not timed), so that a
-side's wave meets only the full collections its own runs bring on. Sides, timed in alternating
-order in each repetition on the same loop: RemitSaver on
-PostgreSQL and on Redis (the private redis-server with AOF, ``appendfsync always``),
-opened with ``RemitSaver.from_conn_string(url)`` as an async context manager, against
+Each timed wave starts from a full collection (``gc.collect()``, not timed; see
+:func:`_collect`). Sides, timed in alternating order in each repetition on the same loop:
+RemitSaver on PostgreSQL and on Redis (the private redis-server with AOF, ``appendfsync
+always``), opened with ``RemitSaver.from_conn_string(url)`` as an async context manager, against
 LangGraph's ``AsyncPostgresSaver`` on a ``psycopg_pool.AsyncConnectionPool``. The stock
 side is always AsyncPostgresSaver on PostgreSQL (LangGraph has no stock Redis saver), for
 the Redis row too. Pool sizes keep both sides together well under the server's
@@ -98,7 +97,10 @@ async def _ticker(lags: list[float], stop: asyncio.Event) -> None:
 
 
 def _collect(retries: _Retries, full_gc: _FullGC) -> None:
-    """A full collection between two waves, counted for no side."""
+    """A full collection before a timed wave, counted for no side. The collector's
+    thresholds count what every side allocated: without it a full collection lands in
+    whichever wave crosses them, and a side pays for the garbage the waves before it
+    left."""
     retries.side = full_gc.side = "between waves"
     gc.collect()
 
@@ -193,10 +195,6 @@ async def _measure(urls: dict[str, str], stock_search_path: str, n: int,
             retries.side = full_gc.side = "warm-up"
             for g in graphs.values():  # warm-up: tables, caches, the pools' connections
                 await wave(g, runs)
-            # Each timed wave starts from a full collection, counted for no side (so not
-            # among any side's pauses): the collector's thresholds count what every
-            # side allocated, and without it a full collection lands in whichever wave
-            # crosses them, so that a side pays for the garbage the waves before it left.
             peak = max(peak, await _pg_clients())
             samples: dict[str, dict[str, list[float]]] = {
                 k: {"rate": [], "lag": [], "ticks": []} for k in names}
